@@ -1,0 +1,231 @@
+"""Object-store access through the S3 API (AWS, MinIO, or the embedded moto server).
+
+One small class over a boto3 client. It adds what the pipeline relies on and boto3 leaves
+to the caller: conditional writes that raise typed errors (``If-None-Match: *`` is how a
+manifest commits), listing as plain records, and errors that name bucket, key and the
+operation. Transient failures are retried by botocore's standard retry mode, not here.
+
+``ObjectStore`` is cheap to rebuild from :class:`StoreSettings`, which is what Spark tasks
+and loader threads do (clients are not shared across processes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shardline.config import StoreSettings
+from shardline.errors import ObjectChanged, ObjectExists, StoreError
+
+log = logging.getLogger(__name__)
+
+_RETRY = BotoConfig(
+    retries={"mode": "standard", "max_attempts": 6},
+    connect_timeout=10,
+    read_timeout=120,
+    max_pool_connections=32,
+)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    etag: str
+    size: int
+    last_modified: datetime
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class ObjectStore:
+    """A bucket reached through the S3 API."""
+
+    def __init__(self, settings: StoreSettings) -> None:
+        self.settings = settings
+        self.bucket = settings.bucket
+        self.client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=settings.endpoint_url,
+            aws_access_key_id=settings.access_key,
+            aws_secret_access_key=settings.secret_key,
+            region_name=settings.region,
+            config=_RETRY,
+        )
+
+    # -- naming -----------------------------------------------------------------------
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _fail(self, op: str, key: str, exc: Exception, hint: str = "") -> StoreError:
+        msg = f"{op} s3://{self.bucket}/{key} failed: {exc}"
+        if hint:
+            msg += f"; {hint}"
+        return StoreError(msg)
+
+    # -- bucket -----------------------------------------------------------------------
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it does not exist (the embedded stack and tests use this)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if _code(exc) not in ("404", "NoSuchBucket", "NotFound"):
+                raise self._fail("head bucket", "", exc) from exc
+            try:
+                self.client.create_bucket(Bucket=self.bucket)
+            except ClientError as exc2:
+                if _code(exc2) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise self._fail("create bucket", "", exc2) from exc2
+
+    # -- reads ------------------------------------------------------------------------
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order."""
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for o in page.get("Contents", []):
+                    yield ObjectInfo(
+                        key=o["Key"],
+                        etag=o["ETag"].strip('"'),
+                        size=int(o["Size"]),
+                        last_modified=o["LastModified"],
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list", prefix, exc,
+                             "check SHARDLINE_BUCKET, the endpoint and credentials") from exc
+
+    def list_prefixes(self, prefix: str) -> list[str]:
+        """Immediate sub-folders of ``prefix`` (common prefixes with delimiter '/')."""
+        out: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
+            )
+            for page in pages:
+                out.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list", prefix, exc) from exc
+        return out
+
+    def head(self, key: str) -> ObjectInfo | None:
+        try:
+            r = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise self._fail("head", key, exc) from exc
+        return ObjectInfo(key, r["ETag"].strip('"'), int(r["ContentLength"]), r["LastModified"])
+
+    def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
+        """Whole object (or the inclusive byte range ``range_``)."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if range_ is not None:
+            kwargs["Range"] = f"bytes={range_[0]}-{range_[1]}"
+        try:
+            return self.client.get_object(**kwargs)["Body"].read()
+        except ClientError as exc:
+            if _code(exc) in ("NoSuchKey", "404"):
+                raise self._fail("get", key, exc, "the object does not exist") from exc
+            raise self._fail("get", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("get", key, exc) from exc
+
+    def get_json(self, key: str) -> Any:
+        data = self.get_bytes(key)
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise StoreError(f"s3://{self.bucket}/{key} is not valid JSON: {exc}") from exc
+
+    def download(self, key: str, path: str) -> None:
+        try:
+            self.client.download_file(self.bucket, key, path)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("download", key, exc) from exc
+
+    # -- writes -----------------------------------------------------------------------
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        if_none_match: bool = False,
+        if_match: str | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> str:
+        """Write an object; returns its ETag.
+
+        Raises:
+            ObjectExists: ``if_none_match`` and the key already exists (HTTP 412).
+            ObjectChanged: ``if_match`` was given and the current ETag differs (HTTP 412).
+        """
+        kwargs: dict[str, Any] = {
+            "Bucket": self.bucket, "Key": key, "Body": bytes(data), "ContentType": content_type,
+        }
+        if if_none_match:
+            kwargs["IfNoneMatch"] = "*"
+        if if_match is not None:
+            kwargs["IfMatch"] = f'"{if_match}"'
+        try:
+            return str(self.client.put_object(**kwargs)["ETag"]).strip('"')
+        except ClientError as exc:
+            code = _code(exc)
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+                if if_none_match:
+                    raise ObjectExists(f"s3://{self.bucket}/{key} already exists") from exc
+                raise ObjectChanged(
+                    f"s3://{self.bucket}/{key} changed since it was read (expected ETag "
+                    f"{if_match}); re-read and retry"
+                ) from exc
+            raise self._fail("put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("put", key, exc) from exc
+
+    def put_json(self, key: str, obj: Any, **kwargs: Any) -> str:
+        body = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
+        return self.put_bytes(key, body, content_type="application/json", **kwargs)
+
+    def copy(self, src: str, dst: str) -> None:
+        """Server-side copy within the bucket."""
+        try:
+            self.client.copy_object(
+                Bucket=self.bucket, Key=dst, CopySource={"Bucket": self.bucket, "Key": src}
+            )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("copy", f"{src} -> {dst}", exc) from exc
+
+    def delete(self, keys: Iterable[str]) -> int:
+        """Delete keys in batches of 1000; returns how many were asked to go."""
+        keys = list(keys)
+        for i in range(0, len(keys), 1000):
+            chunk = keys[i : i + 1000]
+            try:
+                self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                raise self._fail("delete", chunk[0], exc) from exc
+        return len(keys)
+
+    # -- other clients on the same settings --------------------------------------------
+    def s3fs_options(self) -> dict[str, Any]:
+        """``storage_options`` for fsspec/s3fs (zarr, pandas) on the same endpoint."""
+        opts: dict[str, Any] = {"client_kwargs": {"region_name": self.settings.region}}
+        if self.settings.endpoint_url:
+            opts["endpoint_url"] = self.settings.endpoint_url
+        if self.settings.access_key:
+            opts["key"] = self.settings.access_key
+            opts["secret"] = self.settings.secret_key
+        return opts

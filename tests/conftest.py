@@ -1,0 +1,61 @@
+"""Shared fixtures: real servers on 127.0.0.1, started once per session, always stopped.
+
+- ``s3_server``: a moto S3 server (a real HTTP endpoint reached with boto3/s3fs/pyarrow).
+- ``store``: an ObjectStore on a fresh bucket per test.
+- ``spark_remote``: a Spark Connect server in local mode; ``sc://`` URL.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+from infra import procs, services  # noqa: E402
+from shardline.config import StoreSettings  # noqa: E402
+from shardline.store import ObjectStore  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("servers")
+
+
+@pytest.fixture(scope="session")
+def s3_server(server_dir: Path) -> Iterator[services.Service]:
+    svc = services.start_moto(procs.free_port(), server_dir)
+    try:
+        yield svc
+    finally:
+        svc.stop()
+
+
+@pytest.fixture
+def store_settings(s3_server: services.Service) -> StoreSettings:
+    settings = StoreSettings(
+        bucket=f"t-{uuid.uuid4().hex[:12]}", endpoint_url=s3_server.url,
+        access_key="testing", secret_key="testing", region="us-east-1",
+    )
+    ObjectStore(settings).ensure_bucket()
+    return settings
+
+
+@pytest.fixture
+def store(store_settings: StoreSettings) -> ObjectStore:
+    return ObjectStore(store_settings)
+
+
+@pytest.fixture(scope="session")
+def spark_remote(server_dir: Path) -> Iterator[str]:
+    svc = services.start_spark_connect(procs.free_port(), server_dir / "spark")
+    try:
+        yield svc.url
+    finally:
+        svc.stop()
