@@ -73,7 +73,7 @@ class Manifest:
     batches: list[BatchEntry]
     sources: list[SourceEntry]      # the source objects of this version's new batch
     validation: dict[str, Any]
-    quarantine: dict[str, Any]      # {"rows", "by_rule", "shards": [ShardEntry...]}
+    quarantine: dict[str, Any]      # {"rows", "by_rule", "total_rows", "shards": cumulative}
     code_version: str
     config: dict[str, Any] = field(default_factory=dict)
     format: int = FORMAT

@@ -1,0 +1,1 @@
+"""Prefect flows: wiring only; stages live in tasks/."""

@@ -1,0 +1,104 @@
+"""The ``ingest`` flow: sweep -> detect -> convert (Spark) -> validate (GX) -> publish.
+
+Wiring only; every stage lives in ``tasks/``. Runs against the Prefect server named by
+``PREFECT_API_URL`` (the embedded stack's, when it is up) or in Prefect's ephemeral mode.
+On a new version it emits ``shardline.dataset.published`` (resource
+``shardline.dataset.<name>``, the version in the payload), which triggers training.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.events import emit_event
+from prefect.runtime import flow_run
+
+from shardline.config import SparkSettings, StoreSettings, load_config
+from tasks.artifacts import artifact_key, publish_ingest_artifacts
+from tasks.prefect_tasks import (
+    convert_stage, detect_stage, load_versions, publish_stage, sweep_stage, validate_stage,
+)
+from tasks.validate import require_success
+
+PUBLISHED_EVENT = "shardline.dataset.published"
+
+
+@dataclass
+class IngestResult:
+    dataset: str
+    version: int | None
+    created: bool = False
+    batch: str | None = None
+    rows_published: int = 0
+    rows_quarantined: int = 0
+    quarantine_by_rule: dict[str, int] = field(default_factory=dict)
+    shards: int = 0
+    bytes: int = 0
+    manifest: str | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _run_name() -> str:
+    cfg = flow_run.parameters.get("config", "dataset")
+    return f"ingest-{Path(str(cfg)).stem}"
+
+
+def _run_id() -> str:
+    rid = flow_run.id
+    return (str(rid) if rid else uuid.uuid4().hex)[:12].replace("-", "")
+
+
+@flow(name="ingest", flow_run_name=_run_name, log_prints=True)
+def ingest(config: str) -> dict[str, Any]:
+    """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict."""
+    log = get_run_logger()
+    cfg = load_config(config).dataset
+    store, spark = StoreSettings.from_env(), SparkSettings.from_env()
+    run_id = _run_id()
+    progress = create_progress_artifact(0.0, key=artifact_key(cfg.name, "ingest-progress"),
+                                        description=f"ingest of {cfg.name}")
+    sweep_stage(cfg, store, run_id)
+    batch = detect_stage(cfg, store)
+    if batch is None:
+        update_progress_artifact(progress, 100.0)
+        msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
+        log.info(msg)
+        return IngestResult(cfg.name, None, message=msg).to_dict()
+    update_progress_artifact(progress, 20.0)
+    conv = convert_stage(cfg, store, spark, batch, run_id)
+    update_progress_artifact(progress, 60.0)
+    report = validate_stage(cfg, store, conv)
+    update_progress_artifact(progress, 75.0)
+    if not report.success:
+        publish_ingest_artifacts(cfg.name, [], report, batch.id, None,
+                                 conv.quarantine_examples())
+    require_success(report, batch.id)   # a failed suite fails the run; nothing is published
+    pub = publish_stage(cfg, store, conv, report)
+    update_progress_artifact(progress, 90.0)
+    publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
+                             pub.version, conv.quarantine_examples())
+    if pub.created:
+        emit_event(
+            event=PUBLISHED_EVENT,
+            resource={"prefect.resource.id": f"shardline.dataset.{cfg.name}",
+                      "prefect.resource.name": cfg.name},
+            payload={"dataset": cfg.name, "version": pub.version, "manifest": pub.manifest,
+                     "rows": pub.rows_published, "config": str(Path(config).resolve())},
+        )
+    update_progress_artifact(progress, 100.0)
+    return IngestResult(
+        dataset=cfg.name, version=pub.version, created=pub.created, batch=batch.id,
+        rows_published=pub.rows_published, rows_quarantined=pub.rows_quarantined,
+        quarantine_by_rule=conv.by_rule if pub.created else {},
+        shards=len(pub.new_shards), bytes=pub.bytes, manifest=pub.manifest,
+        message=(f"published version {pub.version}" if pub.created else
+                 f"batch {batch.id} was already published as version {pub.version}"),
+    ).to_dict()

@@ -1,0 +1,205 @@
+"""Readers: one per input format, each turning a source into raw records.
+
+A reader yields :class:`Record` (a row that parsed: id, label and image still raw) or
+:class:`Problem` (a row that did not parse, with its rule). A source that cannot be read
+at all raises :class:`Unreadable`; the converter then quarantines the whole object as one
+row with ``source_row = -1``. Row indices are 0-based positions within the object (the line
+for JSONL, the data row for CSV, the table row for Parquet and Zarr, 0 for an image file),
+so a person can find the row again.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardline.config import DatasetConfig
+from shardline.store import ObjectStore
+from tasks.detect import Source
+
+ZARR_CHUNK_ROWS = 4096
+
+
+@dataclass
+class Record:
+    row: int
+    id: Any
+    label: Any
+    image: Any            # encoded bytes, base64 str, or an ndarray of pixels (Zarr)
+    raw: bytes | None = None
+
+
+@dataclass
+class Problem:
+    row: int
+    rule: str
+    message: str
+    raw: bytes | None = None
+    id: Any = None
+    label: Any = None
+
+
+class Unreadable(Exception):
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+
+
+def read_source(store: ObjectStore, src: Source, cfg: DatasetConfig
+                ) -> Iterator[Record | Problem]:
+    """Dispatch on ``src.format``."""
+    if src.format == "zarr":
+        yield from read_zarr(store, src, cfg)
+        return
+    if src.format == "unknown":
+        ext = posixpath.splitext(src.key)[1] or "(none)"
+        raise Unreadable("unreadable_object",
+                         f"unsupported file type {ext}; upload .jsonl, .csv, .parquet, "
+                         ".png/.jpg (ImageFolder) or a .zarr group")
+    data = store.get_bytes(src.key)
+    if len(data) != src.size:
+        raise Unreadable("truncated_file",
+                         f"read {len(data)} bytes but the listing said {src.size}")
+    readers = {"jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet,
+               "image": read_image_file}
+    yield from readers[src.format](data, src, cfg)
+
+
+def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    lines = data.split(b"\n")
+    last = len(lines) - 1
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            cut = i == last and not data.endswith(b"\n")
+            rule = "truncated_file" if cut else "unparseable_record"
+            why = "the last line is cut off (no newline, invalid JSON)" if cut else \
+                f"invalid JSON: {exc}"
+            yield Problem(i, rule, why, line[:4096])
+            continue
+        if not isinstance(obj, dict):
+            yield Problem(i, "unparseable_record",
+                          f"expected a JSON object, got {type(obj).__name__}", line[:4096])
+            continue
+        yield Record(i, obj.get(cfg.id_column), obj.get(cfg.label_column),
+                     obj.get(cfg.image.column), line)
+
+
+def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise Unreadable("unreadable_object", f"not UTF-8 text: {exc}") from exc
+    csv.field_size_limit(1 << 30)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    except csv.Error as exc:
+        raise Unreadable("unreadable_object", f"bad CSV header: {exc}") from exc
+    width = len(header)
+    col = {name: j for j, name in enumerate(header)}
+    ends_cleanly = text.endswith("\n")
+    rows = list(_csv_rows(reader))
+    for i, (fields, err) in enumerate(rows):
+        raw = ",".join(fields).encode()[:4096] if fields else None
+        if err is not None or len(fields) != width:
+            cut = i == len(rows) - 1 and not ends_cleanly
+            why = err or f"expected {width} fields ({','.join(header)}), got {len(fields)}"
+            yield Problem(i, "truncated_file" if cut else "unparseable_record", why, raw)
+            continue
+        get = lambda name: fields[col[name]] if name in col else None  # noqa: E731
+        yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw)
+
+
+def _csv_rows(reader: Any) -> Iterator[tuple[list[str], str | None]]:
+    while True:
+        try:
+            yield next(reader), None
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield [], f"CSV syntax error: {exc}"
+
+
+def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        rule = "truncated_file" if not data.endswith(b"PAR1") else "unreadable_object"
+        raise Unreadable(rule, f"not a readable Parquet file: {exc}") from exc
+    cols = {}
+    for name in (cfg.id_column, cfg.label_column, cfg.image.column):
+        cols[name] = table.column(name).to_pylist() if name in table.column_names else None
+    for i in range(table.num_rows):
+        yield Record(
+            i,
+            cols[cfg.id_column][i] if cols[cfg.id_column] is not None else None,
+            cols[cfg.label_column][i] if cols[cfg.label_column] is not None else None,
+            cols[cfg.image.column][i] if cols[cfg.image.column] is not None else None,
+        )
+
+
+def read_image_file(data: bytes, src: Source, cfg: DatasetConfig
+                    ) -> Iterator[Record | Problem]:
+    """ImageFolder convention: ``<prefix>/<any>/<class name>/<file>``; id = file stem."""
+    parts = src.key.split("/")
+    label = parts[-2] if len(parts) >= 2 else None
+    stem = posixpath.splitext(parts[-1])[0]
+    yield Record(0, stem, label, data)
+
+
+def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
+              ) -> Iterator[Record | Problem]:
+    """A Zarr group with ``images`` (N, H, W, C) uint8, ``labels`` (N,), optional ``ids``.
+    Reads chunk-aligned row ranges, so memory stays bounded for large groups."""
+    import zarr
+    from zarr.storage import FsspecStore
+
+    url = f"s3://{store.bucket}/{src.key.rstrip('/')}"
+    try:
+        zstore = FsspecStore.from_url(url, storage_options=store.s3fs_options(), read_only=True)
+        group = zarr.open_group(store=zstore, mode="r")
+        images, labels = group["images"], group["labels"]
+        ids = group["ids"] if "ids" in group else None
+    except Exception as exc:  # zarr raises many types for a broken group; all mean the same
+        raise Unreadable("unreadable_object",
+                         f"not a readable Zarr group with 'images' and 'labels' arrays: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    n = images.shape[0]
+    if labels.shape[0] != n or (ids is not None and ids.shape[0] != n):
+        raise Unreadable("unreadable_object",
+                         f"array lengths differ: images {n}, labels {labels.shape[0]}"
+                         + (f", ids {ids.shape[0]}" if ids is not None else ""))
+    bad_layout = images.ndim != 4 or images.dtype != np.uint8
+    stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
+    for start in range(0, n, ZARR_CHUNK_ROWS):
+        stop = min(n, start + ZARR_CHUNK_ROWS)
+        lab = labels[start:stop]
+        idv = ids[start:stop] if ids is not None else None
+        pix = None if bad_layout else images[start:stop]
+        for j in range(stop - start):
+            i = start + j
+            rid = (idv[j].item() if hasattr(idv[j], "item") else idv[j]) if idv is not None \
+                else f"{stem}-{i:07d}"
+            if bad_layout:
+                yield Problem(i, "wrong_shape",
+                              f"images array is {images.dtype}{list(images.shape)}; expected "
+                              f"uint8 [N, {', '.join(map(str, cfg.image.shape))}]", id=rid)
+                continue
+            lv = lab[j]
+            yield Record(i, rid, lv.item() if hasattr(lv, "item") else lv, pix[j])

@@ -1,0 +1,97 @@
+"""Thin Prefect task wrappers around the stage functions: build clients from settings, call
+the stage, log its result. Transient object-store failures are retried (botocore already
+retries single calls; this retries the whole stage, which is idempotent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from shardline.config import DatasetConfig, SparkSettings, StoreSettings
+from shardline.errors import (
+    ConfigError, ObjectChanged, ObjectExists, PublishConflict, StoreError, ValidationFailed,
+)
+from shardline.manifest import Manifest, latest_manifest, list_versions, read_manifest
+from shardline.store import ObjectStore
+from tasks import convert as convert_mod
+from tasks import detect as detect_mod
+from tasks import publish as publish_mod
+from tasks import sweep as sweep_mod
+from tasks import validate as validate_mod
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry on store/network errors, never on errors a retry cannot fix."""
+    try:
+        state.result()
+    except (ObjectExists, ObjectChanged, ValidationFailed, PublishConflict, ConfigError):
+        return False
+    except (StoreError, ConnectionError, TimeoutError):
+        return True
+    except Exception:
+        return False
+    return False
+
+
+RETRY = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
+             retry_condition_fn=_transient, cache_policy=NO_CACHE)
+
+
+@task(name="sweep", **RETRY)
+def sweep_stage(cfg: DatasetConfig, store: StoreSettings, run_id: str) -> sweep_mod.SweepResult:
+    result = sweep_mod.sweep(ObjectStore(store), cfg, keep_run=run_id)
+    get_run_logger().info("sweep: %s", result)
+    return result
+
+
+@task(name="detect", **RETRY)
+def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> detect_mod.Batch | None:
+    batch = detect_mod.detect(ObjectStore(store), cfg)
+    log = get_run_logger()
+    if batch is None:
+        log.info("nothing new under s3://%s/%s", store.bucket, cfg.incoming)
+    else:
+        log.info("batch %s: %d new sources (%d bytes)", batch.id, len(batch.sources),
+                 batch.bytes)
+    return batch
+
+
+@task(name="convert", task_run_name="convert-{batch.id}", **RETRY)
+def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
+                  batch: detect_mod.Batch, run_id: str) -> convert_mod.Converted:
+    s = ObjectStore(store)
+    conv = convert_mod.convert(s, cfg, spark, batch, run_id, latest_manifest(s, cfg.prefix))
+    get_run_logger().info(
+        "converted: %d rows in, %d ok, %d quarantined %s; %d data shards; timings %s",
+        conv.rows_in, conv.rows_ok, conv.rows_quarantined, conv.by_rule,
+        len(conv.data_shards), {k: round(v, 2) for k, v in conv.timings.items()})
+    return conv
+
+
+@task(name="validate", **RETRY)
+def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Converted
+                   ) -> validate_mod.ValidationReport:
+    report = validate_mod.validate(ObjectStore(store), cfg, conv)
+    get_run_logger().info("validation %s: %s", "passed" if report.success else "FAILED",
+                          report.summary())
+    return report
+
+
+@task(name="publish", **RETRY)
+def publish_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Converted,
+                  report: validate_mod.ValidationReport) -> publish_mod.Published:
+    pub = publish_mod.publish(ObjectStore(store), cfg, conv, report)
+    get_run_logger().info("%s version %d (%s): %d rows in %d new shards, %d quarantined",
+                          "published" if pub.created else "already published as",
+                          pub.version, pub.manifest, pub.rows_published, len(pub.new_shards),
+                          pub.rows_quarantined)
+    return pub
+
+
+@task(name="load-versions", **RETRY)
+def load_versions(cfg: DatasetConfig, store: StoreSettings, last: int = 20) -> list[Manifest]:
+    s = ObjectStore(store)
+    return [read_manifest(s, cfg.prefix, v) for v in list_versions(s, cfg.prefix)[-last:]]

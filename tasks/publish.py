@@ -1,0 +1,197 @@
+"""Publish: staged shards -> immutable keys -> the manifest, committed with If-None-Match: *.
+
+Order is what makes it safe:
+1. copy staged shards (server-side) to final keys that carry this run's id, so two
+   publishers of the same batch never write the same key;
+2. write the batch's id index (the ids later batches are checked against);
+3. commit ``versions/v<N+1>.json`` with ``If-None-Match: *``. The version exists from this
+   moment, and only now; every shard it names is already in place.
+On a lost race (HTTP 412) the publisher re-reads the latest version: if its batch is in it,
+someone published the same uploads and this run returns that version (deleting its own
+copies); otherwise it rebases onto the new latest and tries the next number. Finally the
+claim ledger is written and the staging folder removed.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardline.config import DatasetConfig, config_to_dict
+from shardline.errors import ObjectExists, PublishConflict, ShardlineError
+from shardline.manifest import (
+    BatchEntry, Manifest, ShardEntry, SourceEntry, code_version, commit_manifest,
+    latest_manifest, now_iso, read_manifest,
+)
+from shardline.schema import (
+    data_schema, describe, fingerprint, ids_key, quarantine_key, shard_key, staging_prefix,
+    version_key,
+)
+from shardline.store import ObjectStore
+from tasks.convert import Converted
+from tasks.dedupe import IDS_SCHEMA, load_published_ids
+from tasks.detect import write_claim
+from tasks.shards import WrittenShard, encode_ipc
+from tasks.validate import ValidationReport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Published:
+    version: int
+    manifest: str                  # s3:// URI
+    created: bool                  # False: the batch was already published (by us or a racer)
+    new_shards: list[ShardEntry]
+    quarantine_shards: list[ShardEntry]
+    rows_published: int
+    rows_quarantined: int
+    bytes: int
+
+
+def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
+             ) -> tuple[list[tuple[str, ShardEntry]], list[tuple[str, ShardEntry]]]:
+    """(staged key, final entry) pairs for data and quarantine shards."""
+    bid, run = conv.batch.id, conv.run_id
+    data, parts = [], {}
+    for s in conv.data_shards:
+        n = parts[s.label] = parts.get(s.label, -1) + 1
+        part = {"batch": bid} | ({"label": str(s.label)} if s.label is not None else {})
+        data.append((s.path, _entry(shard_key(cfg.prefix, bid, s.label, n, run), s, bid, part,
+                                    cfg.shards.compression)))
+    quarantine = [
+        (s.path, _entry(quarantine_key(cfg.prefix, bid, i, run), s, bid, {"batch": bid},
+                        cfg.shards.compression))
+        for i, s in enumerate(conv.quarantine_shards)
+    ]
+    return data, quarantine
+
+
+def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str) -> ShardEntry:
+    stats = {} if s.label_min is None else {"label": {"min": s.label_min, "max": s.label_max}}
+    return ShardEntry(path=path, rows=s.rows, bytes=s.bytes, sha256=s.sha256, batch=bid,
+                      partition=part, stats=stats, compression=comp)
+
+
+def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda p: store.copy(p[0], p[1]), pairs))
+
+
+def _check_rebase(store: ObjectStore, conv: Converted, latest: Manifest | None) -> None:
+    """Ids were de-duplicated against ``conv.base_version``; batches published since then
+    must not share ids with this one."""
+    if latest is None or latest.version == conv.base_version:
+        return
+    newer = [b for b in latest.batches if conv.base_version is None or b.version > conv.base_version]
+    since = load_published_ids(store, dataclasses.replace(latest, batches=newer))
+    overlap = pc.is_in(conv.published_ids(), value_set=since)
+    n = pc.sum(overlap).as_py() or 0
+    if n:
+        raise PublishConflict(
+            f"batch {conv.batch.id}: {n} id(s) were published concurrently by version(s) "
+            f"{[b.version for b in newer]} after this run checked for duplicates; nothing was "
+            "published. Re-run ingest: the repeated ids will be quarantined as duplicate_id."
+        )
+
+
+def _manifest(cfg: DatasetConfig, conv: Converted, report: ValidationReport,
+              latest: Manifest | None, data: list[ShardEntry], quarantine: list[ShardEntry],
+              ids_path: str) -> Manifest:
+    schema = data_schema(cfg)
+    fp = fingerprint(schema)
+    if latest is not None and latest.schema["fingerprint"] != fp:
+        raise PublishConflict(
+            f"dataset {cfg.name}: the configured schema (shape {list(cfg.image.shape)}, "
+            f"{len(cfg.classes)} classes, fingerprint {fp}) differs from version "
+            f"{latest.version}'s ({latest.schema['shape']}, {len(latest.schema['classes'])} "
+            f"classes, {latest.schema['fingerprint']}); use a new dataset name for a new schema"
+        )
+    version = 1 if latest is None else latest.version + 1
+    batch = BatchEntry(id=conv.batch.id, version=version, rows=conv.rows_ok,
+                       quarantined=conv.rows_quarantined, ids_path=ids_path,
+                       sources=len(conv.batch.sources))
+    q_total = (latest.quarantine.get("total_rows", 0) if latest else 0) + conv.rows_quarantined
+    return Manifest(
+        dataset=cfg.name, version=version, parent=None if latest is None else latest.version,
+        created_at=now_iso(),
+        schema={"fingerprint": fp, "fields": describe(schema), "shape": list(cfg.image.shape),
+                "classes": list(cfg.classes),
+                "ipc_b64": base64.b64encode(schema.serialize().to_pybytes()).decode()},
+        shards=(latest.shards if latest else []) + data,
+        new_shards=[s.path for s in data],
+        batches=(latest.batches if latest else []) + [batch],
+        sources=[SourceEntry(s.key, s.etag, s.size, s.format) for s in conv.batch.sources],
+        validation=report.summary(),
+        # "shards" is cumulative (every batch's quarantine files, each with its batch id);
+        # rows and by_rule describe this version's batch.
+        quarantine={"rows": conv.rows_quarantined, "by_rule": conv.by_rule,
+                    "total_rows": q_total,
+                    "shards": (list(latest.quarantine["shards"]) if latest else []) + quarantine},
+        code_version=code_version(),
+        config=config_to_dict(cfg),
+    )
+
+
+def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
+            report: ValidationReport, max_attempts: int = 50) -> Published:
+    """Make ``conv`` a new version (or find the version that already holds its batch)."""
+    if not report.success:
+        raise ShardlineError(f"batch {conv.batch.id} did not pass validation; not publishing")
+    data, quarantine = _entries(store, cfg, conv)
+    ids_path = ids_key(cfg.prefix, conv.batch.id, conv.run_id)
+    copied: list[str] = []
+    for attempt in range(max_attempts):
+        latest = latest_manifest(store, cfg.prefix)
+        done = latest.batch(conv.batch.id) if latest else None
+        if done is not None:
+            log.info("batch %s is already published in version %d; publishing nothing",
+                     conv.batch.id, done.version)
+            store.delete(copied)
+            write_claim(store, cfg, conv.batch, done.version)
+            _drop_staging(store, cfg, conv.run_id)
+            m = read_manifest(store, cfg.prefix, done.version)
+            return _result(store, cfg, m, created=False)
+        _check_rebase(store, conv, latest)
+        if not copied:
+            _copy_all(store, [(src, e.path) for src, e in data + quarantine])
+            ids = pa.Table.from_arrays([conv.published_ids()], schema=IDS_SCHEMA)
+            store.put_bytes(ids_path, memoryview(encode_ipc(ids, "none", 1 << 20)))
+            copied = [e.path for _, e in data + quarantine] + [ids_path]
+        m = _manifest(cfg, conv, report, latest, [e for _, e in data],
+                      [e for _, e in quarantine], ids_path)
+        try:
+            commit_manifest(store, cfg.prefix, m)
+        except ObjectExists:
+            log.info("version %d was taken by a concurrent publisher (attempt %d); retrying",
+                     m.version, attempt + 1)
+            continue
+        log.info("published %s version %d: %d new rows in %d shards (%d rows total)",
+                 cfg.name, m.version, m.new_rows, len(m.new_shards), m.rows)
+        write_claim(store, cfg, conv.batch, m.version)
+        _drop_staging(store, cfg, conv.run_id)
+        return _result(store, cfg, m, created=True)
+    raise PublishConflict(f"batch {conv.batch.id}: gave up after {max_attempts} lost races "
+                          "for a version number; re-run ingest")
+
+
+def _result(store: ObjectStore, cfg: DatasetConfig, m: Manifest, created: bool) -> Published:
+    new = m.new()
+    return Published(version=m.version, manifest=store.uri(version_key(cfg.prefix, m.version)),
+                     created=created, new_shards=new,
+                     quarantine_shards=[q for q in m.quarantine.get("shards", [])
+                                        if q.batch == m.batches[-1].id],
+                     rows_published=sum(s.rows for s in new),
+                     rows_quarantined=int(m.quarantine.get("rows", 0)),
+                     bytes=sum(s.bytes for s in new))
+
+
+def _drop_staging(store: ObjectStore, cfg: DatasetConfig, run_id: str) -> None:
+    stage = staging_prefix(cfg.prefix, run_id)
+    store.delete(o.key for o in store.list(stage))

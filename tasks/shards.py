@@ -1,0 +1,128 @@
+"""Writing Arrow IPC shards: buffers that cut rows into sized files and upload them.
+
+A shard is built in memory (``pa.BufferOutputStream``), hashed, and written with one PUT, so
+its sha256 and size are known exactly and a half-written shard never exists under a key.
+Pixels are appended to one ``bytearray`` per partition and become a ``fixed_size_binary``
+column without per-row Arrow objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from shardline.config import DatasetConfig
+from shardline.schema import QUARANTINE_SCHEMA, data_schema
+from shardline.store import ObjectStore
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+    kind: str                    # "data" | "quarantine"
+    label: int | None = None     # partition value when partitioned by label
+    label_min: int | None = None
+    label_max: int | None = None
+
+
+def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.Buffer:
+    """The Arrow IPC *file* format bytes of ``table`` (LZ4 frame or uncompressed)."""
+    sink = pa.BufferOutputStream()
+    opts = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    with ipc.new_file(sink, table.schema, options=opts) as writer:
+        writer.write_table(table, max_chunksize=record_batch_rows)
+    return sink.getvalue()
+
+
+def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compression: str,
+              record_batch_rows: int, label: int | None = None) -> WrittenShard:
+    buf = encode_ipc(table, compression, record_batch_rows)
+    store.put_bytes(key, memoryview(buf))
+    lmin = lmax = None
+    if kind == "data" and table.num_rows:
+        labels = table.column("label")
+        lmin, lmax = int(pa.compute.min(labels).as_py()), int(pa.compute.max(labels).as_py())
+    return WrittenShard(key, table.num_rows, buf.size, hashlib.sha256(buf).hexdigest(), kind,
+                        label, lmin, lmax)
+
+
+@dataclass
+class _Rows:
+    ids: list[str] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    pixels: bytearray = field(default_factory=bytearray)
+    keys: list[str] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class DataShardWriter:
+    """Collects valid rows per partition and writes a shard each time one is full.
+
+    ``key_for(label, seq)`` names the staged file; ``label`` is None when the dataset is
+    not partitioned by label. Each row's position (shard path, row in shard) is recorded so
+    the converter can later remove a duplicate without re-reading every shard.
+    """
+
+    def __init__(self, store: ObjectStore, cfg: DatasetConfig, key_for) -> None:  # type: ignore[no-untyped-def]
+        self.store, self.cfg, self.key_for = store, cfg, key_for
+        self.schema = data_schema(cfg)
+        self.by_label = "label" in cfg.shards.partition_by
+        self.limit = cfg.shards.rows_per_shard(cfg.image.nbytes + 32)
+        self.buffers: dict[int | None, _Rows] = {}
+        self.seq = 0
+        self.written: list[WrittenShard] = []
+        # (source_key, id, source_row, label, shard key, row in shard) of every row written
+        self.placed: list[tuple[str, str, int, int, str, int]] = []
+
+    def add(self, rid: str, label: int, pixels: bytes, source_key: str, source_row: int) -> None:
+        part = label if self.by_label else None
+        buf = self.buffers.setdefault(part, _Rows())
+        buf.ids.append(rid)
+        buf.labels.append(label)
+        buf.pixels += pixels
+        buf.keys.append(source_key)
+        buf.rows.append(source_row)
+        if len(buf) >= self.limit:
+            self._flush(part)
+
+    def close(self) -> list[WrittenShard]:
+        for part in sorted(self.buffers, key=lambda p: -1 if p is None else p):
+            if len(self.buffers[part]):
+                self._flush(part)
+        return self.written
+
+    def _flush(self, part: int | None) -> None:
+        buf = self.buffers.pop(part)
+        n = len(buf)
+        image = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(self.cfg.image.nbytes), n, [None, pa.py_buffer(bytes(buf.pixels))])
+        table = pa.Table.from_arrays(
+            [pa.array(buf.ids, pa.string()), pa.array(buf.labels, pa.int16()), image,
+             pa.array(buf.keys, pa.string()), pa.array(buf.rows, pa.int64())],
+            schema=self.schema,
+        )
+        key = self.key_for(part, self.seq)
+        self.seq += 1
+        shard = put_shard(self.store, key, table, kind="data",
+                          compression=self.cfg.shards.compression,
+                          record_batch_rows=self.cfg.shards.record_batch_rows, label=part)
+        self.written.append(shard)
+        for j in range(n):
+            self.placed.append((buf.keys[j], buf.ids[j], buf.rows[j], buf.labels[j], key, j))
+
+
+def quarantine_table(rows: list[dict]) -> pa.Table:
+    """Rows of ``QUARANTINE_SCHEMA`` from dicts with its field names."""
+    return pa.Table.from_pylist(
+        [{f.name: r.get(f.name) for f in QUARANTINE_SCHEMA} for r in rows],
+        schema=QUARANTINE_SCHEMA,
+    )

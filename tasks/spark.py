@@ -1,0 +1,79 @@
+"""Spark sessions: a Spark Connect client when ``SHARDLINE_SPARK_REMOTE`` is set (the embedded
+stack runs a Connect server, so no ingest pays the JVM start), else an in-process local
+session kept on loopback. Sessions are cached per setting for the life of the process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+from shardline.config import SparkSettings
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_sessions: dict[tuple[str | None, str], Any] = {}
+
+
+def get_session(settings: SparkSettings) -> Any:
+    """A SparkSession (classic or Connect) for ``settings``."""
+    key = (settings.remote, settings.master)
+    with _lock:
+        spark = _sessions.get(key)
+        if spark is not None and _alive(spark):
+            return spark
+        spark = _remote(settings.remote) if settings.remote else _local(settings.master)
+        _sessions[key] = spark
+        return spark
+
+
+def _alive(spark: Any) -> bool:
+    try:
+        spark.range(1).count()
+    except Exception:  # a stopped session or a lost server: build a new one
+        return False
+    return True
+
+
+def _remote(url: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    log.info("using Spark Connect at %s", url)
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
+def _local(master: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable   # workers need this venv's pyarrow
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    log.info("starting an in-process Spark session (%s); set SHARDLINE_SPARK_REMOTE to use "
+             "a Spark Connect server instead", master)
+    return (
+        SparkSession.builder.master(master)
+        .appName("shardline-ingest")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2048")
+        .getOrCreate()
+    )
+
+
+def default_parallelism(spark: Any) -> int:
+    """Cores Spark can use; Connect has no SparkContext, so ask the server's config."""
+    for key in ("spark.default.parallelism", "spark.master"):
+        try:
+            value = spark.conf.get(key)
+        except Exception:  # not set on this server
+            continue
+        if key == "spark.default.parallelism" and value:
+            return max(1, int(value))
+        if key == "spark.master" and value and value.startswith("local["):
+            inner = value[len("local["):].split(",")[0].rstrip("]")
+            return os.cpu_count() or 1 if inner == "*" else max(1, int(inner))
+    return os.cpu_count() or 1

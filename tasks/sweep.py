@@ -1,0 +1,61 @@
+"""Sweep: remove what crashed or losing runs left behind, once it is old enough.
+
+- ``staging/<run>/`` folders whose newest object is older than ``sweep_after_minutes``;
+- objects under ``shards/``, ``quarantine/`` and ``ids/`` that the latest manifest does not
+  name (copies of a run that crashed before its commit, or lost a race) and are older than
+  the same age. Manifests are cumulative, so the latest one names every live file; young
+  files are left alone because a publisher may be about to commit them.
+Readers never list these folders, so sweeping changes nothing they can see.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from shardline.config import DatasetConfig
+from shardline.manifest import latest_manifest
+from shardline.schema import staging_prefix
+from shardline.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    staging_runs: int
+    staging_objects: int
+    orphans: int
+
+
+def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None,
+          now: datetime | None = None) -> SweepResult:
+    now = now or datetime.now(UTC)
+    cutoff = now - timedelta(minutes=cfg.sweep_after_minutes)
+    runs: dict[str, list] = {}
+    root = staging_prefix(cfg.prefix)
+    for o in store.list(root):
+        run = o.key[len(root):].split("/", 1)[0]
+        runs.setdefault(run, []).append(o)
+    stale_keys: list[str] = []
+    stale_runs = 0
+    for run, objs in runs.items():
+        if run != keep_run and max(o.last_modified for o in objs) < cutoff:
+            stale_runs += 1
+            stale_keys.extend(o.key for o in objs)
+    store.delete(stale_keys)
+    latest = latest_manifest(store, cfg.prefix)
+    live: set[str] = set()
+    if latest is not None:
+        live.update(s.path for s in latest.shards)
+        live.update(s.path for s in latest.quarantine.get("shards", []))
+        live.update(b.ids_path for b in latest.batches)
+    orphans = [o.key for folder in ("shards/", "quarantine/", "ids/")
+               for o in store.list(f"{cfg.prefix}/{folder}")
+               if o.key not in live and o.last_modified < cutoff]
+    store.delete(orphans)
+    if stale_runs or orphans:
+        log.info("swept %d stale staging run(s) (%d objects) and %d orphaned file(s)",
+                 stale_runs, len(stale_keys), len(orphans))
+    return SweepResult(stale_runs, len(stale_keys), len(orphans))

@@ -1,0 +1,152 @@
+"""Validate: a great-expectations suite, derived from the dataset config, on a converted batch.
+
+Two suites run on the batch's row table (ids, labels, status; no pixels, which the row
+checks already decoded and measured):
+
+- ``<dataset>.batch`` over every input row: the batch is not empty (``min_rows``) and the
+  share of quarantined rows stays within ``max_quarantine_fraction`` (a ``mostly`` on
+  status == "ok"). This is the gate that stops a bad drop from being published.
+- ``<dataset>.published`` over the rows about to be published: ids present and unique,
+  labels present and within the class range. The row checks already enforce these; the
+  suite re-checks the data actually handed to publish, so a conversion bug cannot slip by.
+
+The report (JSON) is written to ``reports/<run>/validation.json`` whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.compute as pc
+
+from shardline.config import DatasetConfig
+from shardline.errors import ValidationFailed
+from shardline.schema import report_key
+from shardline.store import ObjectStore
+from tasks.convert import Converted
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    success: bool
+    suites: list[str]
+    results: list[dict[str, Any]]
+    counts: dict[str, Any]
+    report: str          # s3:// URI of the JSON report
+
+    def summary(self) -> dict[str, Any]:
+        failed = [r["expectation"] for r in self.results if not r["success"]]
+        return {"suites": self.suites, "success": self.success, "counts": self.counts,
+                "evaluated": len(self.results), "failed": failed, "report": self.report}
+
+    def failure_message(self) -> str:
+        parts = []
+        for r in self.results:
+            if not r["success"]:
+                parts.append(f"{r['suite']}: {r['expectation']}({r['column'] or ''}) "
+                             f"{r['detail']}")
+        return "; ".join(parts)
+
+
+def _suites(cfg: DatasetConfig) -> dict[str, list[Any]]:
+    import great_expectations.expectations as gxe
+
+    v = cfg.validation
+    return {
+        f"{cfg.name}.batch": [
+            gxe.ExpectTableRowCountToBeBetween(min_value=v.min_rows),
+            gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok"],
+                                            mostly=1.0 - v.max_quarantine_fraction),
+        ],
+        f"{cfg.name}.published": [
+            gxe.ExpectColumnValuesToNotBeNull(column="id"),
+            gxe.ExpectColumnValuesToBeUnique(column="id"),
+            gxe.ExpectColumnValuesToNotBeNull(column="label"),
+            gxe.ExpectColumnValuesToBeBetween(column="label", min_value=0,
+                                              max_value=len(cfg.classes) - 1),
+        ],
+    }
+
+
+def _detail(res: Any) -> str:
+    r = res.result or {}
+    if "unexpected_count" in r:
+        sample = r.get("partial_unexpected_list") or []
+        return (f"unexpected {r['unexpected_count']} of {r.get('element_count')} rows "
+                f"({r.get('unexpected_percent') or 0:.1f}%), e.g. {sample[:5]}")
+    if "observed_value" in r:
+        return f"observed {r['observed_value']}"
+    return ""
+
+
+def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str, Any]]]:
+    """Run both suites in an ephemeral GX context; returns (success, per-expectation rows)."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+
+    ctx = gx.get_context(mode="ephemeral")
+    source = ctx.data_sources.add_pandas("shardline")
+    frames = {
+        f"{cfg.name}.batch": conv.rows.to_pandas(),
+        f"{cfg.name}.published": conv.rows.filter(
+            pc.equal(conv.rows.column("status"), "ok")).to_pandas(),
+    }
+    results: list[dict[str, Any]] = []
+    ok = True
+    for name, expectations in _suites(cfg).items():
+        suite = ctx.suites.add(gx.ExpectationSuite(name=name))
+        for e in expectations:
+            suite.add_expectation(e)
+        bd = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("all")
+        vd = ctx.validation_definitions.add(
+            gx.ValidationDefinition(name=f"{name}.check", data=bd, suite=suite))
+        out = vd.run(batch_parameters={"dataframe": frames[name]},
+                     result_format={"result_format": "SUMMARY"})
+        ok = ok and bool(out.success)
+        for res in out.results:
+            cfg_e = res.expectation_config
+            results.append({
+                "suite": name, "expectation": cfg_e.type,
+                "column": cfg_e.kwargs.get("column"),
+                "kwargs": {k: v for k, v in cfg_e.kwargs.items() if k not in ("batch_id",)},
+                "success": bool(res.success), "detail": _detail(res),
+            })
+    return ok, results
+
+
+def validate(store: ObjectStore, cfg: DatasetConfig, conv: Converted) -> ValidationReport:
+    """Run the suites, store the JSON report, return it. Does not raise on failure:
+    :func:`require_success` is the gate."""
+    success, results = run_suites(cfg, conv)
+    counts = {"rows": conv.rows_in, "ok": conv.rows_ok, "quarantined": conv.rows_quarantined,
+              "quarantine_fraction": round(conv.rows_quarantined / max(conv.rows_in, 1), 4),
+              "max_quarantine_fraction": cfg.validation.max_quarantine_fraction,
+              "by_rule": conv.by_rule}
+    key = report_key(cfg.prefix, conv.run_id)
+    report = ValidationReport(success, sorted({r["suite"] for r in results}), results, counts,
+                              store.uri(key))
+    store.put_json(key, {"batch": conv.batch.id, "run": conv.run_id, "success": success,
+                         "counts": counts, "results": results,
+                         "quarantined_examples": conv.quarantine_examples()})
+    log.info("validation %s for batch %s: %d expectations, report %s",
+             "passed" if success else "FAILED", conv.batch.id, len(results), report.report)
+    return report
+
+
+def require_success(report: ValidationReport, batch_id: str) -> None:
+    """Raise :class:`ValidationFailed` naming the failing expectations and counts."""
+    if report.success:
+        return
+    c = report.counts
+    raise ValidationFailed(
+        f"batch {batch_id} failed validation, nothing was published: "
+        f"{report.failure_message()}. Rows: {c['rows']} in, {c['quarantined']} quarantined "
+        f"({c['quarantine_fraction']:.1%}, limit {c['max_quarantine_fraction']:.1%}) by rule "
+        f"{c['by_rule']}. Fix the uploads (see the quarantine reasons and {report.report}), "
+        "or raise dataset.validation.max_quarantine_fraction if this is expected."
+    )
