@@ -33,9 +33,29 @@ def free_port() -> int:
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Something accepts TCP connections on ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """``host:port`` can be bound for listening right now (what a server will try)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # Servers set SO_REUSEADDR too: a port with only TIME_WAIT leftovers counts as free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def log_tail(log_path: Path | None, lines: int = 15) -> str:
+    """The last ``lines`` lines of a log file ('' when there is none)."""
+    if log_path is None or not log_path.exists():
+        return ""
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def start(
@@ -45,6 +65,10 @@ def start(
     """Start ``cmd`` detached in its own process group, stdout+stderr appended to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
+        # Logs are appended across restarts; a header marks where this run begins.
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"\n===== {stamp} start: {' '.join(cmd)}\n".encode())
+        log.flush()
         return subprocess.Popen(
             list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
@@ -52,47 +76,108 @@ def start(
 
 
 def alive(pid: int) -> bool:
+    """The process ``pid`` exists and has not exited (zombies count as exited)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A zombie child still answers kill(0); reap it if it is ours.
+    # A zombie still answers kill(0): reap it if it is our child; if it is not (the CLI
+    # that started it has exited), it has exited all the same.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    return _proc_state(pid) not in ("Z", "X", None) if Path("/proc").is_dir() else True
 
 
-def stop(pid: int, first: signal.Signals = signal.SIGTERM, grace_s: float = 15.0) -> None:
-    """Stop the process group led by ``pid``: ``first`` signal, again at half time, then
-    SIGKILL. Safe to call on a process that is already gone."""
-    if not alive(pid):
-        return
-    targets = [pid]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        targets = [-os.getpgid(pid), pid]
+def _proc_state(pid: int) -> str | None:
+    """The state letter in /proc/<pid>/stat (R, S, Z, ...), None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+        return None
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, from /proc), or None if it is gone.
+
+    A PID in a state file may have been reused by an unrelated process after a reboot;
+    comparing start times tells them apart, so we never signal a stranger.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # Field 22 (starttime); fields after the ")" closing the command name start at 3.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes whose process group is ``pgid``."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: ask the kernel whether the group exists at all
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d.name))
+    return out
+
+
+def _running(pid: int) -> bool:
+    """The leader or any other member of its group (e.g. a JVM under a shell) still runs."""
+    return alive(pid) or bool(group_members(pid))
+
+
+def stop(pid: int, first: signal.Signals = signal.SIGTERM, grace_s: float = 15.0) -> bool:
+    """Stop the process group led by ``pid`` (started by :func:`start`, so pgid == pid):
+    ``first`` signal, again at half time, then SIGKILL. Waits until every process of the
+    group is gone, not only the leader: a launcher script may exit before the JVM it
+    started. Safe to call on a process that is already gone.
+
+    Returns:
+        True if the group exited on ``first``, False if it had to be killed.
+    """
+    if not _running(pid):
+        return True
+
     def send(sig: signal.Signals) -> None:
-        for t in targets:
+        # A group id equal to a dead leader's pid can only be that leader's group: Linux
+        # does not hand out a PID that is still in use as a process-group id.
+        for t in (-pid, pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(t, sig)
+
     send(first)
     deadline = time.monotonic() + grace_s
     resent = False
     while time.monotonic() < deadline:
-        if not alive(pid):
-            return
+        if not _running(pid):
+            return True
         if not resent and time.monotonic() > deadline - grace_s / 2:
             send(first)
             resent = True
         time.sleep(0.1)
     send(signal.SIGKILL)
     for _ in range(50):
-        if not alive(pid):
-            return
+        if not _running(pid):
+            break
         time.sleep(0.1)
+    return False
 
 
 def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None,
@@ -102,7 +187,7 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None =
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise StartError(_died(url, proc.returncode, log_path))
+            raise StartError(died_message(url, proc.returncode, log_path))
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status < 500:
@@ -115,7 +200,7 @@ def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None =
             last = exc
         time.sleep(0.2)
     raise StartError(f"{url} did not answer within {timeout_s:.0f}s ({last}); "
-                     f"see {log_path or 'the server log'}")
+                     f"see {log_path or 'the server log'}; log tail:\n{log_tail(log_path)}")
 
 
 def wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None,
@@ -123,16 +208,16 @@ def wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise StartError(_died(f"port {port}", proc.returncode, log_path))
+            raise StartError(died_message(f"port {port}", proc.returncode, log_path))
         if port_in_use(port):
             return
         time.sleep(0.2)
     raise StartError(f"nothing listened on 127.0.0.1:{port} within {timeout_s:.0f}s; "
-                     f"see {log_path or 'the server log'}")
+                     f"see {log_path or 'the server log'}; log tail:\n{log_tail(log_path)}")
 
 
-def _died(what: str, rc: int | None, log_path: Path | None) -> str:
-    tail = ""
-    if log_path is not None and log_path.exists():
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-15:])
-    return f"the server for {what} exited with code {rc} before it was ready; log tail:\n{tail}"
+def died_message(what: str, rc: int | None, log_path: Path | None) -> str:
+    """Why a server is not ready: it exited with ``rc``; the log tail shows why."""
+    tail = log_tail(log_path)
+    return (f"the server for {what} exited with code {rc} before it was ready; "
+            f"see {log_path or 'the server log'}; log tail:\n{tail}")

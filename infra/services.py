@@ -1,12 +1,24 @@
 """One function per embedded server: build its command line and environment, start it,
-wait until it is healthy. The stack launcher and the test fixtures both use these."""
+wait until it is healthy. The stack launcher and the test fixtures both use these.
+
+Each server is started in two steps so several can boot at the same time: ``launch_*``
+spawns the process and returns a :class:`Launch` at once; ``Launch.wait`` blocks until it
+answers (and stops it if it does not). ``start_*`` does both, for a single server.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
-from dataclasses import dataclass
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -17,27 +29,139 @@ BIN = Path(sys.executable).parent
 
 @dataclass
 class Service:
+    """A running server process: what to reach, how to check it and how to stop it."""
+
     name: str
     pid: int
-    port: int
+    port: int | None
     url: str
     log: str
+    health_url: str | None = None
+    stop_signal: str = "SIGTERM"
+    # /proc start time of ``pid``: a reused PID after a reboot is not mistaken for ours.
+    started_ticks: int | None = None
+    ready_s: float | None = None
 
-    def stop(self) -> None:
-        procs.stop(self.pid)
+    def alive(self) -> bool:
+        """The process we started is still running (same PID and start time)."""
+        if not procs.alive(self.pid):
+            return False
+        return self.started_ticks is None or procs.start_ticks(self.pid) == self.started_ticks
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        """The server answers: its health URL below HTTP 500, or its port accepts."""
+        if not self.alive():
+            return False
+        if self.health_url:
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=timeout_s) as r:
+                    return bool(r.status < 500)
+            except urllib.error.HTTPError as exc:
+                return exc.code < 500
+            except (urllib.error.URLError, OSError):
+                return False
+        return self.port is None or procs.port_in_use(self.port)
+
+    def stop(self, grace_s: float = 15.0) -> bool:
+        """Stop the process group; True when it exited on the polite signal.
+
+        Does nothing when the PID now belongs to another process (PID reuse).
+        """
+        if procs.alive(self.pid) and not self.alive():
+            return True
+        return procs.stop(self.pid, first=signal.Signals[self.stop_signal], grace_s=grace_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Service:
+        return cls(**data)
+
+
+@dataclass
+class Launch:
+    """A server process that was spawned and may not be ready yet."""
+
+    service: Service
+    proc: subprocess.Popen[bytes]
+    probe: Callable[[float], None]
+    t0: float = field(default_factory=time.monotonic)
+
+    def wait(self, timeout_s: float) -> Service:
+        """Block until the server answers; on failure (or Ctrl-C) stop it and re-raise.
+
+        Raises:
+            procs.StartError: it exited or did not answer in time (message has the log tail).
+        """
+        try:
+            self.probe(timeout_s)
+            if self.proc.poll() is not None:  # something else answered on its port
+                raise procs.StartError(procs.died_message(
+                    self.service.url, self.proc.returncode, Path(self.service.log)))
+        except BaseException:
+            self.service.stop(grace_s=5.0)
+            raise
+        self.service.ready_s = round(time.monotonic() - self.t0, 2)
+        return self.service
+
+
+def _spawn(
+    name: str, cmd: list[str], log: Path, port: int, url: str, health_url: str | None,
+    env: dict[str, str] | None = None, cwd: Path | None = None, stop_signal: str = "SIGTERM",
+) -> tuple[Service, subprocess.Popen[bytes]]:
+    proc = procs.start(cmd, log, env=env, cwd=cwd)
+    svc = Service(name, proc.pid, port, url, str(log), health_url, stop_signal,
+                  procs.start_ticks(proc.pid))
+    return svc, proc
+
+
+def launch_moto(port: int, log_dir: Path, name: str = "s3") -> Launch:
+    """The S3-compatible server (moto) on 127.0.0.1:port; objects live in its memory."""
+    log = log_dir / "moto.log"
+    url = f"http://127.0.0.1:{port}"
+    health = f"{url}/moto-api/"
+    cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
+    svc, proc = _spawn(name, cmd, log, port, url, health)
+    return Launch(svc, proc, lambda t: procs.wait_http(health, t, proc, log))
 
 
 def start_moto(port: int, log_dir: Path, timeout_s: float = 30.0) -> Service:
-    """The S3-compatible server (moto) on 127.0.0.1:port; objects live in its memory."""
-    log = log_dir / "moto.log"
-    proc = procs.start([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], log)
+    return launch_moto(port, log_dir).wait(timeout_s)
+
+
+def prefect_env(port: int, prefect_home: Path) -> dict[str, str]:
+    """Environment for a Prefect server on 127.0.0.1:port keeping all state in
+    ``prefect_home`` (SQLite database, profiles, the UI bundle it copies on first start)."""
+    env = dict(os.environ)
+    env.update(
+        PREFECT_HOME=str(prefect_home),
+        PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{prefect_home}/prefect.db",
+        PREFECT_UI_STATIC_DIRECTORY=str(prefect_home / "ui"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        DO_NOT_TRACK="1",
+    )
+    return env
+
+
+def launch_prefect(port: int, prefect_home: Path, log_dir: Path,
+                   name: str = "prefect") -> Launch:
+    """``prefect server start`` on 127.0.0.1:port (API at /api, UI at /). It ignores
+    SIGTERM, so it is stopped with SIGINT."""
+    prefect_home.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "prefect.log"
     url = f"http://127.0.0.1:{port}"
-    try:
-        procs.wait_http(f"{url}/moto-api/", timeout_s, proc, log)
-    except BaseException:
-        procs.stop(proc.pid)
-        raise
-    return Service("s3", proc.pid, port, url, str(log))
+    health = f"{url}/api/health"
+    cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    svc, proc = _spawn(name, cmd, log, port, url, health, env=prefect_env(port, prefect_home),
+                       cwd=prefect_home, stop_signal="SIGINT")
+    return Launch(svc, proc, lambda t: procs.wait_http(health, t, proc, log))
+
+
+def start_prefect(port: int, prefect_home: Path, log_dir: Path,
+                  timeout_s: float = 90.0) -> Service:
+    return launch_prefect(port, prefect_home, log_dir).wait(timeout_s)
 
 
 def spark_env(log_dir: Path) -> dict[str, str]:
@@ -50,15 +174,18 @@ def spark_env(log_dir: Path) -> dict[str, str]:
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOG_DIR=str(log_dir),
         SPARK_PID_DIR=str(log_dir),
+        # spark-daemon.sh then runs spark-submit in the foreground (no nohup, no pid file):
+        # the JVM stays in our process group and dies with it.
         SPARK_NO_DAEMONIZE="1",
     )
     return env
 
 
-def start_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
-                        timeout_s: float = 90.0) -> Service:
-    """A Spark Connect server (local mode) on 127.0.0.1:port, run in the foreground of its
-    own process group so it can be stopped by PID."""
+def launch_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
+                         work_dir: Path | None = None, name: str = "spark") -> Launch:
+    """A Spark Connect server (``master``, local mode by default) on 127.0.0.1:port, run in
+    the foreground of its own process group so it can be stopped by PID. ``work_dir`` is
+    its current directory (spark-warehouse/, derby.log land there)."""
     log = log_dir / "spark-connect.log"
     env = spark_env(log_dir)
     script = Path(env["SPARK_HOME"]) / "sbin" / "start-connect-server.sh"
@@ -67,15 +194,19 @@ def start_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
         "--conf", f"spark.connect.grpc.binding.port={port}",
         "--conf", "spark.ui.enabled=false",
+        "--conf", "spark.ui.showConsoleProgress=false",
         "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.driver.bindAddress=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=2048",
         "--conf", "spark.python.worker.reuse=true",
     ]
-    proc = procs.start(cmd, log, env=env)
-    try:
-        procs.wait_port(port, timeout_s, proc, log)
-    except BaseException:
-        procs.stop(proc.pid)
-        raise
-    return Service("spark-connect", proc.pid, port, f"sc://127.0.0.1:{port}", str(log))
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    svc, proc = _spawn(name, cmd, log, port, f"sc://127.0.0.1:{port}", None, env=env,
+                       cwd=work_dir)
+    return Launch(svc, proc, lambda t: procs.wait_port(port, t, proc, log))
+
+
+def start_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
+                        timeout_s: float = 90.0) -> Service:
+    return launch_spark_connect(port, log_dir, master).wait(timeout_s)
