@@ -1,0 +1,199 @@
+"""Where a stack lives and what it runs: :class:`StackConfig` (resolved from arguments and
+environment before ``up``) and :class:`StackState` (written to ``<home>/stack.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.services import Service
+from shardline.errors import ShardlineError
+
+DEFAULT_HOME = ".shardline"
+DEFAULT_BUCKET = "shardline"
+DEFAULT_PORTS = {"s3": 9310, "prefect": 4200, "spark": 15002}
+STATE_FILE = "stack.json"
+# moto accepts any credentials; these are the conventional ones.
+ACCESS_KEY = SECRET_KEY = "testing"
+REGION = "us-east-1"
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+class StackError(ShardlineError):
+    """The embedded stack cannot do what was asked; the message says what to do."""
+
+
+class PortInUse(StackError):
+    """A port the stack needs is taken by another process."""
+
+
+def port_env(name: str) -> str:
+    """Environment variable that sets the port of service ``name``."""
+    return f"SHARDLINE_{name.upper()}_PORT"
+
+
+def resolve_home(home: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> Path:
+    """``home``, else ``SHARDLINE_HOME``, else ``./.shardline``; made absolute."""
+    env = os.environ if env is None else env
+    return Path(home or env.get("SHARDLINE_HOME") or DEFAULT_HOME).expanduser().resolve()
+
+
+def _port(value: object, where: str) -> int:
+    try:
+        port = int(str(value))
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise StackError(f"{where} must be a TCP port number 1-65535, got {value!r}")
+    return port
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What ``up`` starts: the home folder, one port per service, the default bucket."""
+
+    home: Path
+    ports: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
+    bucket: str = DEFAULT_BUCKET
+    spark_master: str = "local[2]"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def prefect_home(self) -> Path:
+        return self.home / "prefect"
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.home / "s3-snapshot"
+
+    @classmethod
+    def resolve(cls, home: str | os.PathLike[str] | None = None,
+                ports: Mapping[str, int | None] | None = None, bucket: str | None = None,
+                spark_master: str | None = None,
+                env: Mapping[str, str] | None = None) -> StackConfig:
+        """Arguments win over the environment (``SHARDLINE_HOME``, ``SHARDLINE_<NAME>_PORT``,
+        ``SHARDLINE_BUCKET``, ``SHARDLINE_SPARK_MASTER``), which wins over the defaults.
+
+        Raises:
+            StackError: an unknown service name, a bad or repeated port, a bad bucket name.
+        """
+        env = os.environ if env is None else env
+        ports = dict(ports or {})
+        unknown = sorted(set(ports) - set(DEFAULT_PORTS))
+        if unknown:
+            raise StackError(f"unknown service(s) {unknown}; known: {sorted(DEFAULT_PORTS)}")
+        resolved: dict[str, int] = {}
+        for name, default in DEFAULT_PORTS.items():
+            if ports.get(name) is not None:
+                resolved[name] = _port(ports[name], f"the {name} port")
+            elif env.get(port_env(name)):
+                resolved[name] = _port(env[port_env(name)], port_env(name))
+            else:
+                resolved[name] = default
+        clash = {p for p in resolved.values() if list(resolved.values()).count(p) > 1}
+        if clash:
+            raise StackError(f"each service needs its own port, got {resolved}; "
+                             "choose different ports")
+        bucket = bucket or env.get("SHARDLINE_BUCKET") or DEFAULT_BUCKET
+        if not _BUCKET_RE.match(bucket):
+            raise StackError(f"bucket name {bucket!r} is not a valid S3 bucket name (3-63 "
+                             "lowercase letters, digits, '.', '-'); set SHARDLINE_BUCKET")
+        master = spark_master or env.get("SHARDLINE_SPARK_MASTER") or "local[2]"
+        return cls(resolve_home(home, env), resolved, bucket, master)
+
+
+@dataclass
+class StackState:
+    """A started stack, as recorded in ``<home>/stack.json``.
+
+    ``phase`` is "starting" until the bucket snapshot is restored, then "up": ``down``
+    never saves the buckets of a stack that did not finish starting (they may hold only
+    part of the snapshot, which is still on disk).
+    """
+
+    home: str
+    bucket: str
+    started_at: str
+    services: dict[str, Service]
+    phase: str = "starting"
+    restored: dict[str, Any] | None = None
+
+    @property
+    def s3_endpoint(self) -> str:
+        return self.services["s3"].url
+
+    @property
+    def prefect_ui_url(self) -> str:
+        return self.services["prefect"].url
+
+    @property
+    def prefect_api_url(self) -> str:
+        return f"{self.services['prefect'].url}/api"
+
+    @property
+    def spark_remote(self) -> str:
+        return self.services["spark"].url
+
+    @property
+    def path(self) -> Path:
+        return Path(self.home) / STATE_FILE
+
+    def urls(self) -> dict[str, str]:
+        return {"s3_endpoint": self.s3_endpoint, "prefect_api_url": self.prefect_api_url,
+                "prefect_ui_url": self.prefect_ui_url, "spark_remote": self.spark_remote}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"home": self.home, "bucket": self.bucket, "started_at": self.started_at,
+                "phase": self.phase, "urls": self.urls(), "restored": self.restored,
+                "services": {n: s.to_dict() for n, s in self.services.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StackState:
+        return cls(home=data["home"], bucket=data["bucket"], started_at=data["started_at"],
+                   services={n: Service.from_dict(s) for n, s in data["services"].items()},
+                   phase=data.get("phase", "up"), restored=data.get("restored"))
+
+    def save(self) -> None:
+        """Write ``stack.json`` atomically (a reader never sees half a file)."""
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1))
+        tmp.replace(self.path)
+
+
+def load_state(home: Path) -> StackState | None:
+    """The recorded state under ``home`` (alive or not), or None when there is none.
+
+    Raises:
+        StackError: ``stack.json`` exists but cannot be read.
+    """
+    path = home / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        return StackState.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StackError(f"{path} cannot be read ({exc!r}); stop the processes it names by "
+                         "hand if they still run, then delete it") from exc
+
+
+def stack_env(state: StackState) -> dict[str, str]:
+    """The environment a client process needs to use this stack (S3, Prefect, Spark)."""
+    return {
+        "SHARDLINE_S3_ENDPOINT_URL": state.s3_endpoint,
+        "SHARDLINE_BUCKET": state.bucket,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": REGION,
+        "PREFECT_API_URL": state.prefect_api_url,
+        "SHARDLINE_SPARK_REMOTE": state.spark_remote,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
