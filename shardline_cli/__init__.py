@@ -1,0 +1,1 @@
+"""The ``shardline`` command line (on top of flows and infra; nothing imports it)."""

@@ -1,0 +1,162 @@
+"""``shardline up`` / ``down`` / ``status``: the embedded stack (see :mod:`infra.stack`)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from infra import stack
+from infra.snapshot import SnapshotSummary
+from infra.stack_state import StackConfig, resolve_home, stack_env
+from shardline.errors import ShardlineError
+
+out = Console()
+err = Console(stderr=True)
+
+HomeOpt = typer.Option(None, "--home", help="stack folder (logs, state, snapshot) "
+                       "(env SHARDLINE_HOME, default ./.shardline)")
+S3PortOpt = typer.Option(None, "--s3-port", help="S3 (moto) port "
+                         "(env SHARDLINE_S3_PORT, default 9310)")
+PrefectPortOpt = typer.Option(None, "--prefect-port", help="Prefect server port "
+                              "(env SHARDLINE_PREFECT_PORT, default 4200)")
+SparkPortOpt = typer.Option(None, "--spark-port", help="Spark Connect port "
+                            "(env SHARDLINE_SPARK_PORT, default 15002)")
+BucketOpt = typer.Option(None, "--bucket", help="bucket created on up "
+                         "(env SHARDLINE_BUCKET, default shardline)")
+DiscardOpt = typer.Option(False, "--discard", help="do not save the buckets: objects "
+                          "written since up are dropped")
+JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
+EnvOpt = typer.Option(False, "--env", help="print `export VAR=value` lines for clients")
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _counts(s: SnapshotSummary) -> str:
+    return f"{s.objects} objects ({_size(s.bytes)}) in {s.buckets} bucket(s)"
+
+
+def _table(st: dict[str, Any]) -> Table:
+    table = Table(show_edge=False)
+    for col in ("service", "state", "pid", "url"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("log", overflow="fold")
+    for name, s in st["services"].items():
+        state = ("[green]healthy[/]" if s["healthy"] else "[yellow]not answering[/]") \
+            if s["alive"] else "[red]dead[/]"
+        table.add_row(name, state, str(s["pid"]), s["url"], s["log"])
+    return table
+
+
+def _print_status(st: dict[str, Any]) -> None:
+    out.print(f"stack in [bold]{st['home']}[/] (started {st['started_at']}, phase "
+              f"{st['phase']})")
+    out.print(_table(st))
+    out.print(f"  S3 endpoint    {st['s3_endpoint']}  bucket [bold]{st['bucket']}[/]\n"
+              f"  Prefect API    {st['prefect_api_url']}\n"
+              f"  Prefect UI     {st['prefect_ui_url']}\n"
+              f"  Spark Connect  {st['spark_remote']}")
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    raise typer.Exit(1)
+
+
+def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
+       prefect_port: int | None = PrefectPortOpt, spark_port: int | None = SparkPortOpt,
+       bucket: str | None = BucketOpt) -> None:
+    """Start the embedded stack in the background: S3 (moto), Prefect server, Spark Connect.
+
+    Loads the buckets saved by the last `down` and creates the default bucket.
+    """
+    try:
+        cfg = StackConfig.resolve(home, {"s3": s3_port, "prefect": prefect_port,
+                                         "spark": spark_port}, bucket)
+        with err.status(f"starting {', '.join(s.name for s in stack.SERVICES)} "
+                        f"in {cfg.home}", spinner="dots"):
+            result = stack.up(cfg)
+    except ShardlineError as exc:
+        _fail(exc)
+    if result.already_running:
+        out.print(f"[yellow]already up[/] in {cfg.home}; nothing changed "
+                  "(`shardline down` stops it)")
+    else:
+        out.print(f"[bold green]stack up[/] in {result.seconds:.1f}s")
+        if result.restored is not None:
+            out.print(f"restored {_counts(result.restored)} from {result.restored.path} "
+                      f"(saved {result.restored.taken_at})")
+            if result.restored.etag_changed:
+                out.print(f"[yellow]{len(result.restored.etag_changed)} object(s) got a new "
+                          f"ETag[/], e.g. {result.restored.etag_changed[:3]}")
+    _print_status(stack.status(cfg.home))
+    out.print(f"clients: eval \"$(shardline status --env --home {shlex.quote(str(cfg.home))})\"")
+
+
+def down(home: Path | None = HomeOpt, discard: bool = DiscardOpt) -> None:
+    """Save every bucket to <home>/s3-snapshot, then stop the stack's processes.
+
+    The S3 server keeps objects only in memory: the snapshot is what the next `up` loads.
+    With --discard nothing is saved and the next `up` loads the previous snapshot.
+    """
+    where = resolve_home(home)
+    try:
+        with err.status(f"saving buckets and stopping the stack in {where}", spinner="dots"):
+            result = stack.down(where, discard=discard)
+    except ShardlineError as exc:
+        _fail(exc)
+    if not result.was_running:
+        out.print(f"no stack in {where}; nothing to stop")
+        return
+    if result.snapshot is not None:
+        s = result.snapshot
+        out.print(f"saved {_counts(s)} to {s.path} in {s.seconds:.1f}s")
+    for note in result.notes:
+        out.print(f"[yellow]{note}[/]")
+    for name, seconds in result.stop_seconds.items():
+        how = " [red](killed)[/]" if name in result.killed else ""
+        out.print(f"stopped {name} in {seconds:.1f}s{how}")
+
+
+def status(home: Path | None = HomeOpt, as_json: bool = JsonOpt,
+           as_env: bool = EnvOpt) -> None:
+    """What runs where: endpoints, bucket, each service alive or not, pids, logs.
+
+    Exits 1 when no stack runs under the home folder (or a service died).
+    """
+    where = resolve_home(home)
+    try:
+        st = stack.status(where)
+    except ShardlineError as exc:
+        _fail(exc)
+    if as_json:
+        print(json.dumps(st))
+    elif as_env:
+        state = stack.running_stack(where)
+        for k, v in (stack_env(state) if state else {}).items():
+            print(f"export {k}={shlex.quote(v)}")
+    elif not st["services"]:
+        out.print(f"no stack in {where} (`shardline up` starts one)")
+    else:
+        _print_status(st)
+    if not st["running"]:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `up`, `down` and `status` commands to ``app``."""
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("status")(status)
