@@ -180,6 +180,17 @@ def stop(pid: int, first: signal.Signals = signal.SIGTERM, grace_s: float = 15.0
     return False
 
 
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """``url`` answers HTTP with a status below 500."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return bool(r.status < 500)
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def wait_http(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None,
               log_path: Path | None = None) -> None:
     """Wait until ``url`` answers HTTP (any status below 500)."""

@@ -13,9 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,13 +51,7 @@ class Service:
         if not self.alive():
             return False
         if self.health_url:
-            try:
-                with urllib.request.urlopen(self.health_url, timeout=timeout_s) as r:
-                    return bool(r.status < 500)
-            except urllib.error.HTTPError as exc:
-                return exc.code < 500
-            except (urllib.error.URLError, OSError):
-                return False
+            return procs.http_ok(self.health_url, timeout_s)
         return self.port is None or procs.port_in_use(self.port)
 
     def stop(self, grace_s: float = 15.0) -> bool:
@@ -85,25 +77,47 @@ class Launch:
 
     service: Service
     proc: subprocess.Popen[bytes]
-    probe: Callable[[float], None]
+    ready: Callable[[], bool]  # one quick readiness check
     t0: float = field(default_factory=time.monotonic)
 
-    def wait(self, timeout_s: float) -> Service:
-        """Block until the server answers; on failure (or Ctrl-C) stop it and re-raise.
+    def poll(self, timeout_s: float) -> bool:
+        """True once the server answers.
 
         Raises:
-            procs.StartError: it exited or did not answer in time (message has the log tail).
+            procs.StartError: it exited, or did not answer within ``timeout_s`` of its
+                start; the message names the service and shows its log tail.
         """
+        svc, log = self.service, Path(self.service.log)
+        if self.proc.poll() is None and self.ready() and self.proc.poll() is None:
+            svc.ready_s = round(time.monotonic() - self.t0, 2)
+            return True
+        if self.proc.poll() is not None:  # checked after ready(): a stranger may answer
+            why = f"its process exited with code {self.proc.returncode}"
+        elif time.monotonic() - self.t0 > timeout_s:
+            why = f"it did not answer at {svc.url} within {timeout_s:.0f}s"
+        else:
+            return False
+        raise procs.StartError(f"{svc.name} did not start: {why}; see {log}; log tail:\n"
+                               f"{procs.log_tail(log)}")
+
+    def wait(self, timeout_s: float) -> Service:
+        """Block until the server answers; on failure (or Ctrl-C) stop it and re-raise."""
         try:
-            self.probe(timeout_s)
-            if self.proc.poll() is not None:  # something else answered on its port
-                raise procs.StartError(procs.died_message(
-                    self.service.url, self.proc.returncode, Path(self.service.log)))
+            wait_all([(self, timeout_s)])
         except BaseException:
             self.service.stop(grace_s=5.0)
             raise
-        self.service.ready_s = round(time.monotonic() - self.t0, 2)
         return self.service
+
+
+def wait_all(launches: Sequence[tuple[Launch, float]], interval_s: float = 0.2) -> None:
+    """Poll servers booting side by side until all answer; raise at the first failure
+    (stopping them is the caller's choice)."""
+    pending = list(launches)
+    while pending:
+        pending = [(launch, t) for launch, t in pending if not launch.poll(t)]
+        if pending:
+            time.sleep(interval_s)
 
 
 def _spawn(
@@ -123,7 +137,7 @@ def launch_moto(port: int, log_dir: Path, name: str = "s3") -> Launch:
     health = f"{url}/moto-api/"
     cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
     svc, proc = _spawn(name, cmd, log, port, url, health)
-    return Launch(svc, proc, lambda t: procs.wait_http(health, t, proc, log))
+    return Launch(svc, proc, lambda: procs.http_ok(health))
 
 
 def start_moto(port: int, log_dir: Path, timeout_s: float = 30.0) -> Service:
@@ -156,7 +170,7 @@ def launch_prefect(port: int, prefect_home: Path, log_dir: Path,
     cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     svc, proc = _spawn(name, cmd, log, port, url, health, env=prefect_env(port, prefect_home),
                        cwd=prefect_home, stop_signal="SIGINT")
-    return Launch(svc, proc, lambda t: procs.wait_http(health, t, proc, log))
+    return Launch(svc, proc, lambda: procs.http_ok(health))
 
 
 def start_prefect(port: int, prefect_home: Path, log_dir: Path,
@@ -204,7 +218,7 @@ def launch_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
         work_dir.mkdir(parents=True, exist_ok=True)
     svc, proc = _spawn(name, cmd, log, port, f"sc://127.0.0.1:{port}", None, env=env,
                        cwd=work_dir)
-    return Launch(svc, proc, lambda t: procs.wait_port(port, t, proc, log))
+    return Launch(svc, proc, lambda: procs.port_in_use(port))
 
 
 def start_spark_connect(port: int, log_dir: Path, master: str = "local[2]",

@@ -170,15 +170,13 @@ def _start_all(cfg: StackConfig) -> dict[str, services.Service]:
                 launch = spec.launch(cfg)
                 started[spec.name] = launch.service
                 launches.append((spec, launch))
-            for spec, launch in launches:
-                try:
-                    launch.wait(spec.timeout_s)
-                except procs.StartError as exc:
-                    others = [n for n in started if n != spec.name]
-                    raise StackError(f"{spec.name} did not start, so the stack was stopped "
-                                     f"({', '.join(others) or 'nothing else'} too): {exc}"
-                                     ) from exc
-                log.info("%s ready in %.1fs: %s", spec.name, launch.service.ready_s,
+            try:
+                services.wait_all([(launch, spec.timeout_s) for spec, launch in launches])
+            except procs.StartError as exc:
+                raise StackError(f"{exc}\nstopped everything this `up` started: "
+                                 f"{', '.join(started)}") from exc
+            for _, launch in launches:
+                log.info("%s ready in %.1fs: %s", launch.service.name, launch.service.ready_s,
                          launch.service.url)
     except BaseException:
         _stop_all(list(started.values()), grace_s=5.0)
