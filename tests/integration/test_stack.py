@@ -1,0 +1,271 @@
+"""The embedded stack with its real servers (moto, Prefect, Spark Connect) on free ports.
+
+One stack ("A") is shared by the module; tests that restart it leave it up again. Every
+stack a test starts is registered with ``stacks`` and stopped at teardown, also when the
+test fails, and every PID it ever had is checked (and killed) at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from infra import procs, stack
+from infra.stack_state import StackConfig, StackError, load_state, stack_env
+from shardline.errors import ShardlineError
+from shardline_cli import stack_cmds
+
+pytestmark = pytest.mark.timeout(300)
+SERVICES = ("s3", "prefect", "spark")
+
+
+def free_ports(n: int = 3) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(procs.free_port())
+    return sorted(ports)
+
+
+def config(home: Path, spark_master: str | None = None) -> StackConfig:
+    """A stack on fresh free ports, ignoring the caller's SHARDLINE_* environment."""
+    ports = dict(zip(SERVICES, free_ports(), strict=True))
+    return StackConfig.resolve(home, ports, spark_master=spark_master, env={})
+
+
+def processes_using(ports: list[int]) -> list[int]:
+    """PIDs whose command line names one of ``ports`` (moto -p P, --port P, ...=P)."""
+    wanted = {str(p) for p in ports}
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(a in wanted or a.rsplit("=", 1)[-1] in wanted for a in args):
+            found.append(int(d.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    """Neither the process nor anything of its process group (the Spark JVM) runs."""
+    return not procs.alive(pid) and not procs.group_members(pid)
+
+
+def s3(state: stack.StackState) -> Any:
+    env = stack_env(state)
+    return boto3.client("s3", endpoint_url=env["SHARDLINE_S3_ENDPOINT_URL"],
+                        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                        region_name=env["AWS_DEFAULT_REGION"])
+
+
+class Stacks:
+    """Every stack the tests start; :meth:`close` stops them all, whatever happened."""
+
+    def __init__(self) -> None:
+        self.homes: list[Path] = []
+        self.pids: set[int] = set()
+
+    def track(self, home: Path) -> None:
+        if home not in self.homes:
+            self.homes.append(home)
+        state = load_state(home)
+        if state is not None:
+            self.pids |= {s.pid for s in state.services.values()}
+
+    def up(self, cfg: StackConfig) -> stack.UpResult:
+        self.homes.append(cfg.home)
+        try:
+            return stack.up(cfg)
+        finally:
+            self.track(cfg.home)
+
+    def close(self) -> list[int]:
+        for home in self.homes:
+            try:
+                stack.down(home, discard=True)
+            except ShardlineError as exc:  # keep going: the PIDs are stopped below
+                print(f"teardown: down {home} failed: {exc}")
+        leftovers = [p for p in self.pids if not gone(p)]
+        for pid in leftovers:
+            procs.stop(pid, grace_s=5.0)
+        return leftovers
+
+
+@pytest.fixture(scope="module")
+def stacks() -> Iterator[Stacks]:
+    tracked = Stacks()
+    try:
+        yield tracked
+    finally:
+        leftovers = tracked.close()
+    assert not leftovers, f"processes outlived `down`: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def stack_a(stacks: Stacks, tmp_path_factory: pytest.TempPathFactory) -> StackConfig:
+    cfg = config(tmp_path_factory.mktemp("stack-a"))
+    result = stacks.up(cfg)
+    assert not result.already_running and result.restored is None
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def cli() -> typer.Typer:
+    app = typer.Typer()
+    stack_cmds.register(app)
+    return app
+
+
+def test_status_reports_every_service_alive(stack_a: StackConfig) -> None:
+    st = stack.status(stack_a.home)
+    assert st["running"] and st["bucket"] == "shardline"
+    for name in SERVICES:
+        svc = st["services"][name]
+        assert svc["alive"] and svc["healthy"], (name, svc)
+        assert svc["port"] == stack_a.ports[name] and Path(svc["log"]).is_file()
+    saved = json.loads((stack_a.home / "stack.json").read_text())
+    assert {"started_at", "bucket", "urls", "services"} <= set(saved)
+    state = stack.running_stack(stack_a.home)
+    assert state is not None
+    env = stack_env(state)
+    assert env["PREFECT_API_URL"] == f"http://127.0.0.1:{stack_a.ports['prefect']}/api"
+    assert env["SHARDLINE_SPARK_REMOTE"] == f"sc://127.0.0.1:{stack_a.ports['spark']}"
+    assert env["SHARDLINE_S3_ENDPOINT_URL"] == f"http://127.0.0.1:{stack_a.ports['s3']}"
+    # Prefect keeps its SQLite database and UI bundle under the home folder.
+    assert (stack_a.prefect_home / "prefect.db").is_file()
+    assert (stack_a.prefect_home / "ui").is_dir()
+    # The bucket exists and Spark Connect runs jobs.
+    s3(state).head_bucket(Bucket="shardline")
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(state.spark_remote).getOrCreate()
+    try:
+        assert spark.range(10).count() == 10
+    finally:
+        spark.stop()
+
+
+def test_up_when_up_changes_nothing(stack_a: StackConfig, cli: typer.Typer) -> None:
+    before = (stack_a.home / "stack.json").read_text()
+    again = stack.up(stack_a)
+    assert again.already_running
+    assert (stack_a.home / "stack.json").read_text() == before
+    run = CliRunner().invoke(cli, ["up", "--home", str(stack_a.home)])
+    assert run.exit_code == 0 and "already up" in run.output, run.output
+    run = CliRunner().invoke(cli, ["status", "--json", "--home", str(stack_a.home)])
+    assert run.exit_code == 0, run.output
+    st = json.loads(run.stdout)
+    assert st["running"] and all(s["alive"] for s in st["services"].values())
+    assert (stack_a.home / "stack.json").read_text() == before
+
+
+def test_occupied_port_is_a_clear_error(tmp_path: Path, cli: typer.Typer) -> None:
+    cfg = config(tmp_path / "busy")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", cfg.ports["prefect"]))
+        taken.listen()
+        with pytest.raises(stack.PortInUse, match=rf"port {cfg.ports['prefect']} for prefect"
+                                                  r".*--prefect-port"):
+            stack.up(cfg)
+        run = CliRunner().invoke(cli, [
+            "up", "--home", str(cfg.home), "--s3-port", str(cfg.ports["s3"]),
+            "--prefect-port", str(cfg.ports["prefect"]), "--spark-port", str(cfg.ports["spark"])])
+    assert run.exit_code == 1 and str(cfg.ports["prefect"]) in run.output, run.output
+    assert not (cfg.home / "stack.json").exists()
+    assert processes_using(list(cfg.ports.values())) == []
+
+
+def test_failed_service_stops_the_others(tmp_path: Path, stacks: Stacks) -> None:
+    cfg = config(tmp_path / "broken", spark_master="bogus://nowhere")
+    with pytest.raises(StackError, match=r"(?s)spark did not start.*Master must"):
+        stacks.up(cfg)
+    assert not (cfg.home / "stack.json").exists()
+    assert processes_using(list(cfg.ports.values())) == []
+    assert all(procs.port_free(p) for p in cfg.ports.values())
+
+
+def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks,
+                                            tmp_path: Path, cli: typer.Typer) -> None:
+    home_b = tmp_path / "stack-b"
+    ports = free_ports()
+    stacks.homes.append(home_b)
+    run = CliRunner().invoke(cli, [
+        "up", "--home", str(home_b), "--bucket", "other-bucket",
+        *(arg for name, port in zip(SERVICES, ports, strict=True)
+          for arg in (f"--{name}-port", str(port)))])
+    stacks.track(home_b)
+    assert run.exit_code == 0, run.output
+    state_a, state_b = stack.running_stack(stack_a.home), stack.running_stack(home_b)
+    assert state_a is not None and state_b is not None
+    assert {s.pid for s in state_a.services.values()}.isdisjoint(
+        s.pid for s in state_b.services.values())
+    s3(state_b).put_object(Bucket="other-bucket", Key="only-in-b", Body=b"b")
+    names_a = [b["Name"] for b in s3(state_a).list_buckets()["Buckets"]]
+    assert "other-bucket" not in names_a
+    run = CliRunner().invoke(cli, ["down", "--discard", "--home", str(home_b)])
+    assert run.exit_code == 0 and "not saved" in run.output, run.output
+    assert not (home_b / "s3-snapshot").exists()
+    assert all(gone(s.pid) for s in state_b.services.values())
+    assert stack.running_stack(stack_a.home) is not None
+    assert CliRunner().invoke(cli, ["status", "--home", str(home_b)]).exit_code == 1
+
+
+def _put_objects(c: Any) -> dict[str, str]:
+    """Single-part, multipart, folder marker and a key that is also a folder; key -> ETag."""
+    put = c.put_object
+    etags = {
+        "incoming/a.json": put(Bucket="shardline", Key="incoming/a.json", Body=b'{"a": 1}\n',
+                               ContentType="application/json", Metadata={"src": "t"})["ETag"],
+        "incoming/": put(Bucket="shardline", Key="incoming/", Body=b"")["ETag"],
+        "x": put(Bucket="shardline", Key="x", Body=b"file")["ETag"],
+        "x/y": put(Bucket="shardline", Key="x/y", Body=b"nested")["ETag"],
+    }
+    up = c.create_multipart_upload(Bucket="shardline", Key="big.bin")
+    parts = []
+    for n, body in enumerate([b"1" * (5 << 20), b"2" * 1000], 1):
+        r = c.upload_part(Bucket="shardline", Key="big.bin",
+                          UploadId=up["UploadId"], PartNumber=n, Body=body)
+        parts.append({"ETag": r["ETag"], "PartNumber": n})
+    etags["big.bin"] = c.complete_multipart_upload(
+        Bucket="shardline", Key="big.bin", UploadId=up["UploadId"],
+        MultipartUpload={"Parts": parts})["ETag"]
+    return etags
+
+
+def test_down_saves_objects_and_up_restores_them(stack_a: StackConfig, stacks: Stacks) -> None:
+    state = stack.running_stack(stack_a.home)
+    assert state is not None
+    etags = _put_objects(s3(state))
+    assert etags["big.bin"].strip('"').endswith("-2")
+
+    result = stack.down(stack_a.home)
+    assert result.snapshot is not None and result.snapshot.objects == len(etags)
+    snap = stack_a.home / "s3-snapshot" / "shardline"
+    assert (snap / "incoming" / "a.json").read_bytes() == b'{"a": 1}\n'
+    assert (snap / "big.bin").stat().st_size == (5 << 20) + 1000
+    assert all(gone(s.pid) for s in state.services.values()), "down left processes"
+    assert processes_using(list(stack_a.ports.values())) == []
+    assert not (stack_a.home / "stack.json").exists()
+
+    again = stacks.up(stack_a)
+    assert again.restored is not None and again.restored.objects == len(etags)
+    assert again.restored.etag_changed == []
+    client = s3(again.state)
+    for key, etag in etags.items():
+        head = client.head_object(Bucket="shardline", Key=key)
+        assert head["ETag"] == etag, key
+    head = client.head_object(Bucket="shardline", Key="incoming/a.json")
+    assert head["ContentType"] == "application/json" and head["Metadata"] == {"src": "t"}
+    body = client.get_object(Bucket="shardline", Key="x/y")["Body"].read()
+    assert body == b"nested"
