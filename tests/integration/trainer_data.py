@@ -1,0 +1,128 @@
+"""Published dataset versions for trainer tests, without the Spark pipeline.
+
+Real data (scikit-learn's digits: 1797 8x8 images, 10 classes, pixels 0..16 scaled to
+0..255) written as real Arrow IPC shards with ``shardline.schema.data_schema``, partitioned
+by label like the ingest writes them, uncompressed or LZ4, and committed with a real
+``Manifest``: either to the moto bucket (``publish_version``) or to a local folder
+(``write_local_version``, read back through ``trainer.fetch.LocalShards``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from shardline.config import Config, DatasetConfig, ShardSpec, TrainConfig
+from shardline.manifest import (
+    BatchEntry,
+    Manifest,
+    ShardEntry,
+    code_version,
+    commit_manifest,
+    latest_manifest,
+    now_iso,
+)
+from shardline.schema import data_schema, describe, fingerprint, shard_key
+from shardline.store import ObjectStore
+
+
+@cache
+def digits() -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(ids, labels int16 [N], images uint8 [N, 64]) of the whole digits set."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = np.clip(np.rint(d.images.reshape(len(d.images), 64) * (255.0 / 16.0)), 0, 255)
+    ids = [f"digit-{i:05d}" for i in range(len(images))]
+    return ids, d.target.astype(np.int16), images.astype(np.uint8)
+
+
+def digits_config(name: str = "digits", compression: str = "none", record_batch_rows: int = 64,
+                  **train: object) -> Config:
+    ds = DatasetConfig(name=name, incoming=f"incoming/{name}/",
+                       classes=tuple(str(i) for i in range(10)),
+                       shards=ShardSpec(compression=compression,  # type: ignore[arg-type]
+                                        record_batch_rows=record_batch_rows))
+    defaults: dict[str, object] = dict(width=8, depth=2, epochs=2, batch_size=32, seed=0,
+                                       shuffle_window=256)
+    defaults.update(train)
+    return Config(dataset=ds, train=TrainConfig(**defaults))  # type: ignore[arg-type]
+
+
+def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes:
+    ids, labels, images = digits()
+    n = len(rows)
+    image = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(cfg.image.nbytes), n, [None, pa.py_buffer(images[rows].tobytes())])
+    table = pa.Table.from_arrays(
+        [pa.array([ids[i] for i in rows], pa.string()), pa.array(labels[rows], pa.int16()),
+         image, pa.array([f"incoming/{cfg.name}/upload.csv"] * n, pa.string()),
+         pa.array(rows.astype(np.int64), pa.int64())],
+        schema=data_schema(cfg),
+    )
+    sink = pa.BufferOutputStream()
+    opts = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    with ipc.new_file(sink, table.schema, options=opts) as writer:
+        writer.write_table(table, max_chunksize=cfg.shards.record_batch_rows)
+    return sink.getvalue().to_pybytes()
+
+
+def build_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
+                  previous: Manifest | None, compression: str | None = None) -> Manifest:
+    """Write one batch of ``rows`` (indices into digits) as label-partitioned shards."""
+    compression = compression or cfg.shards.compression
+    version = 1 if previous is None else previous.version + 1
+    _, labels, _ = digits()
+    batch = hashlib.sha256(f"{cfg.name}:{version}:{len(rows)}".encode()).hexdigest()[:16]
+    new: list[ShardEntry] = []
+    for label in sorted(set(labels[rows].tolist())):
+        part = np.sort(rows[labels[rows] == label])
+        data = shard_bytes(cfg, part, compression)
+        key = shard_key(cfg.prefix, batch, int(label), 0, f"run{version}")
+        put(key, data)
+        new.append(ShardEntry(path=key, rows=len(part), bytes=len(data),
+                              sha256=hashlib.sha256(data).hexdigest(), batch=batch,
+                              partition={"batch": batch, "label": str(label)},
+                              compression=compression))
+    schema = data_schema(cfg)
+    return Manifest(
+        dataset=cfg.name, version=version, parent=None if previous is None else previous.version,
+        created_at=now_iso(),
+        schema={"fingerprint": fingerprint(schema), "fields": describe(schema),
+                "shape": list(cfg.image.shape), "classes": list(cfg.classes)},
+        shards=(previous.shards if previous else []) + new,
+        new_shards=[s.path for s in new],
+        batches=(previous.batches if previous else []) + [
+            BatchEntry(id=batch, version=version, rows=len(rows), quarantined=0,
+                       ids_path="", sources=1)],
+        sources=[], validation={"success": True}, quarantine={"rows": 0, "by_rule": {}},
+        code_version=code_version(),
+    )
+
+
+def publish_version(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray,
+                    compression: str | None = None) -> Manifest:
+    """Upload shards of ``rows`` to the bucket and commit the next version's manifest."""
+    previous = latest_manifest(store, cfg.prefix)
+    manifest = build_version(lambda k, b: store.put_bytes(k, b), cfg, rows, previous,
+                             compression)
+    commit_manifest(store, cfg.prefix, manifest)
+    return manifest
+
+
+def write_local_version(root: Path, cfg: DatasetConfig, rows: np.ndarray,
+                        previous: Manifest | None = None,
+                        compression: str | None = None) -> Manifest:
+    """The same shards as files under ``root`` (manifest kept in memory)."""
+    def put(key: str, data: bytes) -> None:
+        p = root / key
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+    return build_version(put, cfg, rows, previous, compression)

@@ -1,0 +1,42 @@
+"""Two real dataset versions of sklearn digits as Arrow IPC files on local disk:
+v1 uncompressed (1000 rows), v2 LZ4 (797 rows), label-partitioned like the ingest writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardline.config import Config
+from shardline.manifest import Manifest
+from tests.integration.trainer_data import digits_config, write_local_version
+from trainer.fetch import LocalShards
+from trainer.plan import TrainPlan, make_plan
+from trainer.reader import ShardReader
+
+
+@dataclass
+class LocalDigits:
+    cfg: Config
+    root: Path
+    v1: Manifest
+    v2: Manifest
+
+    def reader(self) -> ShardReader:
+        return ShardReader(LocalShards(self.root), self.cfg.dataset)
+
+    def plan(self, since: int | None = None, replay: float = 0.3, holdout: float = 0.15,
+             version: int = 2) -> TrainPlan:
+        return make_plan(self.v2 if version == 2 else self.v1, since, replay, holdout, seed=0)
+
+
+@pytest.fixture(scope="session")
+def local_digits(tmp_path_factory: pytest.TempPathFactory) -> LocalDigits:
+    root = tmp_path_factory.mktemp("digits")
+    cfg = digits_config(record_batch_rows=40)     # several record batches per shard
+    order = np.random.default_rng(7).permutation(1797)
+    v1 = write_local_version(root, cfg.dataset, order[:1000], compression="none")
+    v2 = write_local_version(root, cfg.dataset, order[1000:], v1, compression="lz4")
+    return LocalDigits(cfg, root, v1, v2)

@@ -1,0 +1,16 @@
+"""shardline's trainer: streams a dataset version's Arrow shards into PyTorch and continues
+learning from the last promoted model.
+
+Imports neither Prefect nor PySpark, so it runs alone in a GPU image and under torchrun
+(``torchrun --nproc-per-node N -m trainer --config PATH``). The entry point is
+:func:`trainer.run.train`; modules, in data order:
+
+  plan      new shards since the parent model + replay sample; held-out split (split)
+  cache     bounded local cache of whole, sha256-verified shard files; fetch: read-ahead
+  shard     memory-mapped Arrow IPC -> numpy views; reader: shared gather
+  order     seeded epoch order: shard order, windows, permutation, rank shares
+  stream    the torchdata node producing batches; loader: pipeline + evaluation pass
+  model     CNN / ResNet-style; device, dist: placement and torchrun
+  loop      training steps; evaluate: held-out accuracy + gate; registry: models in S3
+  run       train(); publish: gate, save, promote
+"""

@@ -1,0 +1,190 @@
+"""A bounded local cache of whole shard files, content-addressed by their sha256.
+
+A shard is downloaded to ``<sha256>.<random>.part`` while its sha256 is computed on the fly,
+compared with the manifest, and only then renamed to ``<sha256>.arrow`` (``os.replace`` is
+atomic), so a reader can never see a partial file under the final name. Files are reused
+across epochs, runs and datasets (same bytes, same name). A cached file is re-hashed the
+first time each cache instance uses it (so a file corrupted on disk between runs is
+refetched, never used); a changed size or mtime triggers a re-hash within a run too.
+
+The size bound is enforced by least-recently-used eviction after each download (files are
+touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:
+the mapping stays valid; the file is just fetched again when next needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from shardline.errors import StoreError
+from shardline.manifest import ShardEntry
+from shardline.store import ObjectStore
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 4 << 20
+_STALE_PART_S = 3600.0
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    fetched: int = 0
+    refetched_corrupt: int = 0
+    evicted: int = 0
+    bytes_fetched: int = 0
+    fetch_seconds: float = 0.0
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class ShardCache:
+    """Whole-shard files under ``root``, at most ``max_bytes`` in total (LRU)."""
+
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int, store: ObjectStore) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = int(max_bytes)
+        self.store = store
+        self.stats = CacheStats()
+        self._verified: dict[str, tuple[int, int]] = {}   # sha -> (size, mtime_ns) when hashed
+        self._lock = threading.Lock()
+        self._sweep_parts()
+
+    def path_for(self, entry: ShardEntry) -> Path:
+        return self.root / f"{entry.sha256}.arrow"
+
+    def ensure(self, entry: ShardEntry) -> Path:
+        """Local path of a verified copy of ``entry``, fetching it when missing or corrupt.
+
+        Raises:
+            StoreError: the object cannot be read, or its bytes never match the manifest.
+        """
+        path = self.path_for(entry)
+        if self._usable(path, entry):
+            self.stats.hits += 1
+            return path
+        self._fetch(entry, path)
+        self._evict(keep=path)
+        return path
+
+    def _usable(self, path: Path, entry: ShardEntry) -> bool:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return False
+        stamp = (st.st_size, st.st_mtime_ns)
+        if self._verified.get(entry.sha256) == stamp or (
+            st.st_size == entry.bytes and file_sha256(path) == entry.sha256
+        ):
+            self._verified[entry.sha256] = (st.st_size, self._touch(path))
+            return True
+        log.warning("cached shard %s (for s3://%s/%s) is corrupt or partial "
+                    "(size %d, expected %d): refetching", path, self.store.bucket, entry.path,
+                    st.st_size, entry.bytes)
+        self.stats.refetched_corrupt += 1
+        path.unlink(missing_ok=True)
+        return False
+
+    def _fetch(self, entry: ShardEntry, path: Path) -> None:
+        t0 = time.perf_counter()
+        for attempt in (1, 2):
+            tmp = path.with_name(f"{entry.sha256}.{uuid.uuid4().hex[:8]}.part")
+            try:
+                digest, size = self._download(entry.path, tmp)
+                if digest == entry.sha256 and size == entry.bytes:
+                    os.replace(tmp, path)
+                    break
+            finally:
+                tmp.unlink(missing_ok=True)
+            log.warning("s3://%s/%s: downloaded %d bytes with sha256 %s, manifest says %d "
+                        "bytes / %s (attempt %d)", self.store.bucket, entry.path, size, digest,
+                        entry.bytes, entry.sha256, attempt)
+        else:
+            raise StoreError(
+                f"s3://{self.store.bucket}/{entry.path} does not match its manifest entry "
+                f"(sha256 {digest}, {size} bytes; expected {entry.sha256}, {entry.bytes} bytes): "
+                "the published shard was modified; re-publish the dataset version"
+            )
+        st = path.stat()
+        self._verified[entry.sha256] = (st.st_size, st.st_mtime_ns)
+        with self._lock:
+            self.stats.fetched += 1
+            self.stats.bytes_fetched += size
+            self.stats.fetch_seconds += time.perf_counter() - t0
+
+    def _download(self, key: str, tmp: Path) -> tuple[str, int]:
+        h = hashlib.sha256()
+        size = 0
+        try:
+            body = self.store.client.get_object(Bucket=self.store.bucket, Key=key)["Body"]
+            with open(tmp, "wb") as f:
+                for chunk in body.iter_chunks(_CHUNK):
+                    h.update(chunk)
+                    f.write(chunk)
+                    size += len(chunk)
+        except (ClientError, BotoCoreError) as exc:
+            raise StoreError(f"fetch s3://{self.store.bucket}/{key} into the shard cache "
+                             f"failed: {exc}") from exc
+        return h.hexdigest(), size
+
+    @staticmethod
+    def _touch(path: Path) -> int:
+        """Mark ``path`` as recently used; returns its new mtime in ns.
+
+        atime is unreliable (noatime mounts), so LRU order is kept in mtime."""
+        now = time.time_ns()
+        try:
+            os.utime(path, ns=(now, now))
+            return path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    def _evict(self, keep: Path) -> None:
+        with self._lock:
+            files = []
+            for p in self.root.glob("*.arrow"):
+                try:
+                    st = p.stat()
+                except FileNotFoundError:
+                    continue
+                files.append((st.st_mtime_ns, st.st_size, p))
+            total = sum(size for _, size, _ in files)
+            for _, size, p in sorted(files):
+                if total <= self.max_bytes:
+                    break
+                if p == keep:
+                    continue
+                p.unlink(missing_ok=True)
+                self._verified.pop(p.stem, None)
+                total -= size
+                self.stats.evicted += 1
+            if total > self.max_bytes:
+                log.warning("shard cache %s holds %d bytes, over its bound of %d: one shard is "
+                            "larger than the cache; raise train.cache_max_gb", self.root, total,
+                            self.max_bytes)
+
+    def _sweep_parts(self) -> None:
+        """Remove partial downloads left by killed processes (older than an hour)."""
+        now = time.time()
+        for p in self.root.glob("*.part"):
+            try:
+                if now - p.stat().st_mtime > _STALE_PART_S:
+                    p.unlink(missing_ok=True)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,122 @@
+"""What a training run reads: the manifest delta since the parent model, plus a replay sample.
+
+*New* shards are those whose batch entered the dataset after the dataset version the parent
+model was trained on (all shards when there is no parent; the version's own new shards when
+retraining the parent's version). Every older shard is a *replay* shard: each contributes
+the same fraction ``q`` of its training rows, chosen as the rows with the smallest salted id
+hash, so the replay share of an epoch is ``replay_ratio`` (within rounding), the sample is
+spread over all of history, and it is deterministic for a (seed, dataset version) salt.
+
+Rows whose id hash puts them in the held-out split (see ``trainer.split``) are never
+trained on; the held-out rows of every shard form the evaluation set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from shardline.errors import ShardlineError
+from shardline.manifest import Manifest, ShardEntry
+from trainer.shard import ShardIndex
+from trainer.split import holdout_mask, pick_smallest, salted
+
+
+class NothingToTrain(ShardlineError):
+    """The dataset version adds no rows beyond what the parent model was trained on."""
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    entry: ShardEntry
+    ordinal: int                       # position in the manifest's shard list (sample keys)
+    version: int                       # dataset version that added the shard's batch
+    role: Literal["new", "replay"]
+
+
+@dataclass(frozen=True)
+class TrainPlan:
+    dataset: str
+    dataset_version: int
+    since_version: int | None          # parent model's dataset version (None: from scratch)
+    shards: list[PlannedShard]         # every shard of the version, manifest order
+    replay_fraction: float             # q: share of each replay shard's training rows used
+    holdout_fraction: float
+    salt: int
+
+    @property
+    def train_shards(self) -> list[PlannedShard]:
+        return [s for s in self.shards if s.role == "new" or self.replay_fraction > 0]
+
+    def expected_rows(self, s: PlannedShard) -> float:
+        frac = 1.0 if s.role == "new" else self.replay_fraction
+        return s.entry.rows * (1.0 - self.holdout_fraction) * frac
+
+    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
+        """Row numbers of ``s`` that this run trains on (ascending)."""
+        train = np.flatnonzero(~holdout_mask(index.hashes, self.holdout_fraction))
+        if s.role == "new":
+            return train.astype(np.int64)
+        k = int(round(self.replay_fraction * len(train)))
+        return train[pick_smallest(salted(index.hashes[train], self.salt), k)]
+
+    def holdout_rows(self, index: ShardIndex) -> np.ndarray:
+        return np.flatnonzero(holdout_mask(index.hashes, self.holdout_fraction)).astype(np.int64)
+
+    def fingerprint(self) -> str:
+        """Identity of the sample universe (resumed loader state must match it)."""
+        h = hashlib.sha256()
+        for s in self.shards:
+            h.update(f"{s.entry.sha256}:{s.role};".encode())
+        h.update(f"{self.replay_fraction:.12g}:{self.holdout_fraction:.12g}:{self.salt}".encode())
+        return h.hexdigest()[:16]
+
+
+def shard_versions(manifest: Manifest) -> dict[str, int]:
+    """Shard path -> dataset version that added it (from the manifest's batch list)."""
+    by_batch = {b.id: b.version for b in manifest.batches}
+    new = set(manifest.new_shards)
+    earlier = max(manifest.version - 1, 0)
+    return {
+        s.path: by_batch.get(s.batch, manifest.version if s.path in new else earlier)
+        for s in manifest.shards
+    }
+
+
+def make_plan(manifest: Manifest, since_version: int | None, replay_ratio: float,
+              holdout_fraction: float, seed: int) -> TrainPlan:
+    """Choose new and replay shards of ``manifest`` for a model last trained on
+    ``since_version``.
+
+    Raises:
+        NothingToTrain: no shard is new relative to ``since_version``.
+    """
+    versions = shard_versions(manifest)
+    if since_version is None:
+        is_new = {s.path: True for s in manifest.shards}
+    elif since_version >= manifest.version:
+        new = set(manifest.new_shards)
+        is_new = {s.path: s.path in new for s in manifest.shards}
+    else:
+        is_new = {s.path: versions[s.path] > since_version for s in manifest.shards}
+    new_rows = sum(s.rows for s in manifest.shards if is_new[s.path])
+    old_rows = sum(s.rows for s in manifest.shards if not is_new[s.path])
+    if new_rows == 0:
+        raise NothingToTrain(
+            f"dataset {manifest.dataset} v{manifest.version} has no rows newer than the "
+            f"parent model's dataset version {since_version}; ingest new data, or pass an "
+            "explicit --version"
+        )
+    target = replay_ratio / (1.0 - replay_ratio) * new_rows
+    q = min(1.0, target / old_rows) if old_rows else 0.0
+    salt = int.from_bytes(hashlib.sha256(f"{seed}:{manifest.version}".encode()).digest()[:8],
+                          "little")
+    shards = [
+        PlannedShard(s, i, versions[s.path], "new" if is_new[s.path] else "replay")
+        for i, s in enumerate(manifest.shards)
+    ]
+    return TrainPlan(manifest.dataset, manifest.version, since_version, shards, q,
+                     holdout_fraction, salt)

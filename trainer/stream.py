@@ -1,0 +1,159 @@
+"""``ShardStream``: the torchdata node that turns a training plan into batches.
+
+It walks epochs -> windows -> the rank's share of each permuted window (``trainer.order``)
+and fills fixed-size batches, crossing window boundaries inside an epoch; the last batch of
+an epoch may be short (same size on every rank). One iteration of the node covers *all*
+epochs, so a prefetcher above it never drains at an epoch boundary; each batch says which
+epoch it belongs to and whether it ends it.
+
+State is three integers (epoch, window, offset into the rank's share of that window) plus
+the plan fingerprint, batch size and rank layout it is valid for: the order is recomputed
+from the seed, so restoring the state continues with exactly the same samples.
+
+Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
+``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
+``epoch_end``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from trainer.order import make_windows, rank_positions, shard_order, window_permutation
+from trainer.plan import PlannedShard, TrainPlan
+from trainer.reader import BufferPool, Picks, ShardReader, as_nchw, build_picks, gather_into
+
+Batch = dict[str, Any]
+
+
+class ShardStream(BaseNode[Batch]):
+    EPOCH_KEY = "epoch"
+    WINDOW_KEY = "window"
+    OFFSET_KEY = "offset"
+    LAYOUT_KEY = "layout"
+
+    def __init__(self, plan: TrainPlan, reader: ShardReader, *, batch_size: int, epochs: int,
+                 seed: int, rank: int = 0, world: int = 1, window_rows: int = 8192,
+                 window_min_shards: int = 8, pin_memory: bool = False,
+                 lookahead_bytes: int | None = None) -> None:
+        super().__init__()
+        if batch_size <= 0 or epochs <= 0:
+            raise ValueError(f"{batch_size=} and {epochs=} must be positive")
+        self.plan, self.reader = plan, reader
+        self.batch_size, self.epochs, self.seed = batch_size, epochs, seed
+        self.rank, self.world = rank, world
+        self.window_rows, self.window_min_shards = window_rows, window_min_shards
+        self.pin_memory, self.lookahead_bytes = pin_memory, lookahead_bytes
+        self.shape = reader.shape
+        self.nbytes = int(np.prod(self.shape))
+        self._shards: list[PlannedShard] = plan.train_shards
+        self._expected = [plan.expected_rows(s) for s in self._shards]
+        self._rows: dict[int, np.ndarray] = {}
+        self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
+                       f"/win{window_rows}x{window_min_shards}")
+        self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
+        self.samples, self.busy_s = 0, 0.0       # production stats (read by the trainer)
+
+    # -- state ------------------------------------------------------------------------------
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self._epoch, self._w, self._offset = 0, 0, 0
+        if initial_state is not None:
+            if initial_state[self.LAYOUT_KEY] != self.layout:
+                raise ValueError(
+                    f"loader state was saved for layout {initial_state[self.LAYOUT_KEY]!r}, this "
+                    f"run's layout is {self.layout!r} (plan/batch size/epochs/seed/world "
+                    "differ); resume with the same dataset version and [train] settings"
+                )
+            self._epoch = int(initial_state[self.EPOCH_KEY])
+            self._w = int(initial_state[self.WINDOW_KEY])
+            self._offset = int(initial_state[self.OFFSET_KEY])
+        self._windows_epoch = -1
+        self._windows: list[list[int]] = []
+        self._win: Picks | None = None
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.EPOCH_KEY: self._epoch, self.WINDOW_KEY: self._w,
+                self.OFFSET_KEY: self._offset, self.LAYOUT_KEY: self.layout}
+
+    # -- iteration --------------------------------------------------------------------------
+    def next(self) -> Batch:
+        t0 = time.perf_counter()
+        while True:
+            if self._epoch >= self.epochs:
+                raise StopIteration
+            images = self.pool.acquire()
+            out = images.numpy()
+            lab = np.empty(self.batch_size, np.int64)
+            key = np.empty(self.batch_size, np.int64)
+            n, epoch = 0, self._epoch
+            while n < self.batch_size:
+                win = self._window()
+                if win is None:
+                    break
+                take = min(self.batch_size - n, len(win) - self._offset)
+                gather_into(out, win, self._offset, self._offset + take, n, lab, key)
+                n += take
+                self._offset += take
+                if self._offset >= len(win):
+                    self._w, self._offset, self._win = self._w + 1, 0, None
+            epoch_end = self._window() is None
+            if epoch_end:
+                self._epoch, self._w, self._offset = self._epoch + 1, 0, 0
+            if n:
+                self.samples += n
+                self.busy_s += time.perf_counter() - t0
+                return {"image": as_nchw(images[:n], self.shape),
+                        "label": torch.from_numpy(lab[:n]), "key": torch.from_numpy(key[:n]),
+                        "epoch": epoch, "epoch_end": epoch_end}
+            self.pool.release(images)
+
+    def release(self, batch: Batch, event: Any = None) -> None:
+        """Hand a consumed batch's image buffer back for reuse (see ``BufferPool``)."""
+        self.pool.release(batch["image"], event)
+
+    def _epoch_windows(self) -> list[list[int]]:
+        if self._windows_epoch != self._epoch:
+            order = shard_order(len(self._shards), self.seed, self._epoch)
+            self._windows = make_windows(order, self._expected, self.window_rows,
+                                         self.window_min_shards)
+            self._windows_epoch = self._epoch
+        return self._windows
+
+    def _window(self) -> Picks | None:
+        """The current window's picks for this rank, built on first use; None at epoch end."""
+        windows = self._epoch_windows()
+        while self._win is None or self._offset >= len(self._win):
+            if self._win is not None:
+                self._w, self._offset, self._win = self._w + 1, 0, None
+            if self._w >= len(windows):
+                return None
+            self._win = self._build(windows, self._w)
+        return self._win
+
+    def _build(self, windows: list[list[int]], w: int) -> Picks:
+        upcoming = [self._shards[i].entry for win in windows[w:] for i in win]
+        self.reader.source.prefetch(upcoming, self.lookahead_bytes)
+        items = []
+        for i in windows[w]:
+            s = self._shards[i]
+            shard = self.reader.open(s)
+            rows = self._rows.get(s.ordinal)
+            if rows is None:
+                rows = self._rows[s.ordinal] = self.plan.train_rows(s, self.reader.index(s))
+            items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
+        picks = build_picks(items)
+        pos = rank_positions(window_permutation(len(picks), self.seed, self._epoch, w),
+                             self.rank, self.world)
+        return Picks(picks.segments, picks.seg[pos], picks.row[pos], picks.label[pos],
+                     picks.key[pos])
+
+    def stats(self) -> dict[str, float]:
+        """Samples produced and the seconds spent producing them (fetch waits included)."""
+        rate = self.samples / self.busy_s if self.busy_s > 0 else 0.0
+        return {"samples": float(self.samples), "busy_s": self.busy_s, "samples_per_s": rate}
