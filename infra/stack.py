@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from infra import procs, services, snapshot
 from infra.stack_state import (
@@ -51,7 +50,9 @@ from infra.stack_state import (
     StackState,
     load_state,
     port_env,
+    running_stack,
     stack_env,
+    status,
 )
 from shardline.config import StoreSettings
 from shardline.store import ObjectStore
@@ -123,14 +124,6 @@ def _locked(home: Path) -> Iterator[None]:
             raise StackError(f"another `shardline up/down` is running for {home} (it holds "
                              f"{path}); wait for it to finish") from exc
         yield
-
-
-def running_stack(home: Path) -> StackState | None:
-    """The stack under ``home`` if it finished starting and all its processes live."""
-    state = load_state(home)
-    if state is None or state.phase != "up":
-        return None
-    return state if all(s.alive() for s in state.services.values()) else None
 
 
 def _check_ports(cfg: StackConfig) -> None:
@@ -271,7 +264,12 @@ def down(home: Path, discard: bool = False) -> DownResult:
                          "since the last up are lost; the previous snapshot is kept")
         else:
             client = snapshot.s3_client(s3.url, ACCESS_KEY, SECRET_KEY, REGION)
-            saved = snapshot.take_snapshot(client, Path(home) / "s3-snapshot")
+            try:
+                saved = snapshot.take_snapshot(client, Path(home) / "s3-snapshot")
+            except snapshot.SnapshotError as exc:
+                raise snapshot.SnapshotError(
+                    f"{exc}\nnothing was stopped; fix the cause and run `shardline down` "
+                    "again, or `shardline down --discard` to drop the objects") from exc
         times: dict[str, float] = {}
         killed: list[str] = []
         for group in reversed(_stop_groups(state)):
@@ -281,26 +279,6 @@ def down(home: Path, discard: bool = False) -> DownResult:
                     killed.append(name)
         state.path.unlink(missing_ok=True)
         return DownResult(True, saved, times, killed, notes)
-
-
-def status(home: Path) -> dict[str, Any]:
-    """What runs under ``home``, as JSON-able data: urls, bucket and, per service, pid,
-    port, url, log, ``alive`` (process) and ``healthy`` (answers)."""
-    state = load_state(home)
-    if state is None:
-        return {"home": str(home), "running": False, "services": {}}
-    svcs = {
-        name: {"pid": s.pid, "port": s.port, "url": s.url, "log": s.log, "alive": s.alive(),
-               "healthy": s.healthy(), "ready_s": s.ready_s}
-        for name, s in state.services.items()
-    }
-    return {
-        "home": str(home), "running": state.phase == "up" and all(
-            v["alive"] for v in svcs.values()),
-        "phase": state.phase, "bucket": state.bucket, "started_at": state.started_at,
-        **state.urls(), "services": svcs, "env": stack_env(state),
-        "restored": state.restored, "snapshot_dir": str(Path(home) / "s3-snapshot"),
-    }
 
 
 __all__ = ["SERVICES", "DownResult", "PortInUse", "ServiceSpec", "StackConfig", "StackError",

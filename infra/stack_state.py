@@ -197,3 +197,31 @@ def stack_env(state: StackState) -> dict[str, str]:
         "SHARDLINE_SPARK_REMOTE": state.spark_remote,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
+
+
+def running_stack(home: Path) -> StackState | None:
+    """The stack under ``home`` if it finished starting and all its processes live."""
+    state = load_state(home)
+    if state is None or state.phase != "up":
+        return None
+    return state if all(s.alive() for s in state.services.values()) else None
+
+
+def status(home: Path) -> dict[str, Any]:
+    """What runs under ``home``, as JSON-able data: urls, bucket and, per service, pid,
+    port, url, log, ``alive`` (process) and ``healthy`` (answers)."""
+    state = load_state(home)
+    if state is None:
+        return {"home": str(home), "running": False, "services": {}}
+    svcs = {
+        name: {"pid": s.pid, "port": s.port, "url": s.url, "log": s.log, "alive": s.alive(),
+               "healthy": s.healthy(), "ready_s": s.ready_s}
+        for name, s in state.services.items()
+    }
+    return {
+        "home": str(home), "running": state.phase == "up" and all(
+            v["alive"] for v in svcs.values()),
+        "phase": state.phase, "bucket": state.bucket, "started_at": state.started_at,
+        **state.urls(), "services": svcs, "env": stack_env(state),
+        "restored": state.restored, "snapshot_dir": str(Path(home) / "s3-snapshot"),
+    }

@@ -84,7 +84,6 @@ class Stacks:
             self.pids |= {s.pid for s in state.services.values()}
 
     def up(self, cfg: StackConfig) -> stack.UpResult:
-        self.homes.append(cfg.home)
         try:
             return stack.up(cfg)
         finally:
