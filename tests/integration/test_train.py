@@ -1,0 +1,138 @@
+"""train() end to end on a real S3 API (moto server) with real digits shards: first model
+from scratch, incremental continuation from the promoted parent, the gate refusing a worse
+model, and a killed run resuming with exactly the same samples and weights. CPU only."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+
+import numpy as np
+import pytest
+import torch
+
+from shardline.config import Config, StoreSettings, TrainConfig
+from shardline.store import ObjectStore
+from tests.integration.trainer_data import digits_config, publish_version
+from trainer.checkpoint import bytes_to_tensors, header_metadata
+from trainer.options import RunOptions
+from trainer.registry import ModelRegistry
+from trainer.run import train
+
+ORDER = np.random.default_rng(3).permutation(1797)
+FAST = RunOptions(log_every=10, checkpoint_every=1000)
+
+
+def config(tmp_path, **train_kw: object) -> Config:  # type: ignore[no-untyped-def]
+    kw: dict[str, object] = dict(cache_dir=str(tmp_path / "cache"), width=8, epochs=2,
+                                 batch_size=32, lr=3e-3)
+    kw.update(train_kw)
+    return digits_config(**kw)
+
+
+def with_train(cfg: Config, **changes: object) -> Config:
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, **changes))
+
+
+def params(tensors: dict[str, torch.Tensor], model: torch.nn.Module | None = None
+           ) -> dict[str, torch.Tensor]:
+    """Trainable parameters only (BatchNorm running statistics move even with lr=0)."""
+    return {k: v for k, v in tensors.items() if not k.endswith(("running_mean", "running_var",
+                                                                 "num_batches_tracked"))}
+
+
+def test_incremental_training_continues_from_the_promoted_parent(
+        store: ObjectStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = config(tmp_path)
+    publish_version(store, cfg.dataset, ORDER[:900])
+    first = train(cfg, store, options=FAST)
+    assert (first.model_version, first.dataset_version, first.parent_model_version) == (1, 1, None)
+    assert first.promoted and first.replay_samples == 0 and first.accuracy_before is None
+    assert first.eval_accuracy is not None and first.eval_accuracy > 0.5
+
+    publish_version(store, cfg.dataset, ORDER[900:], compression="lz4")
+    # lr = 0: the weights can only be the parent's if the run really started from them
+    frozen = train(with_train(cfg, lr=0.0), store, options=FAST)
+    reg = ModelRegistry(store, "digits", "cnn")
+    parent, child = reg.weights(1), reg.weights(frozen.model_version)
+    assert frozen.parent_model_version == 1 and "continuing from promoted model 1" in frozen.start
+    for k, v in params(parent).items():
+        assert torch.equal(v, child[k]), k
+
+    second = train(cfg, store, options=FAST)
+    meta = reg.meta(second.model_version)
+    parent_of_second = frozen.model_version if frozen.promoted else 1
+    assert (second.dataset_version, second.parent_model_version) == (2, parent_of_second)
+    assert reg.promoted().version == (second.model_version if second.promoted
+                                      else parent_of_second)
+    assert second.replay_samples > 0 and second.new_samples > 0
+    ratio = second.replay_samples / (second.new_samples + second.replay_samples)
+    assert abs(ratio - TrainConfig().replay_ratio) < 0.03
+    assert second.samples_seen == 2 * (second.new_samples + second.replay_samples)
+    assert second.eval["earlier_accuracy"] is not None and set(second.eval["by_version"]) == {
+        "1", "2"}
+    assert second.checkpoint == store.uri(f"models/digits/cnn/{second.model_version:06d}/")
+    for key in ("config", "dataset_version", "parent_model_version", "metrics", "loader_state",
+                "code_version", "arch", "gate"):
+        assert key in meta, key
+    assert meta["config"]["train"]["lr"] == cfg.train.lr
+    json.dumps(second.to_dict())                      # the CLI prints exactly this
+
+
+def test_gate_refuses_a_deliberately_worse_model(store: ObjectStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = config(tmp_path, epochs=3)
+    publish_version(store, cfg.dataset, ORDER[:900])
+    good = train(cfg, store, options=FAST)
+    publish_version(store, cfg.dataset, ORDER[900:])
+    # a learning rate this large wrecks the weights within a few steps
+    bad = train(with_train(cfg, lr=50.0, promote_tolerance=0.01), store, options=FAST)
+    assert bad.accuracy_before is not None and bad.eval_accuracy is not None
+    assert bad.eval_accuracy < bad.accuracy_before - 0.01
+    assert not bad.promoted
+    assert "worse than the promoted model" in bad.decision
+    reg = ModelRegistry(store, "digits", "cnn")
+    assert reg.promoted().version == good.model_version          # the pointer did not move
+    assert reg.meta(bad.model_version)["gate"]["passed"] is False  # kept for inspection
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_with_the_same_samples_and_weights(
+        store: ObjectStore, store_settings: StoreSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = config(tmp_path, epochs=2)
+    opts = RunOptions(log_every=10, checkpoint_every=5)
+    twin = ObjectStore(dataclasses.replace(store_settings, bucket=f"t-{uuid.uuid4().hex[:12]}"))
+    twin.ensure_bucket()
+    for s in (store, twin):
+        publish_version(s, cfg.dataset, ORDER[:700])
+
+    seen_full: list[list[int]] = []
+    full = train(cfg, twin, options=opts,
+                 on_batch=lambda step, b: seen_full.append(b["key"].tolist()))
+
+    def crash_at_12(step: int, b: dict) -> None:
+        if step == 12:
+            raise Killed
+    with pytest.raises(Killed):
+        train(cfg, store, options=opts, on_batch=crash_at_12)
+    reg = ModelRegistry(store, "digits", "cnn")
+    assert reg.numbers() == []                                   # nothing published
+    progress = list(store.list(f"{reg.prefix}/progress/"))
+    assert len(progress) == 1
+    saved = json.loads(header_metadata(store.get_bytes(progress[0].key))["state"])
+    assert saved["loop"]["step"] == 10                           # last checkpoint before kill
+
+    seen_resumed: list[list[int]] = []
+    resumed = train(cfg, store, options=opts,
+                    on_batch=lambda step, b: seen_resumed.append(b["key"].tolist()))
+    assert resumed.resumed_at_step == 10
+    assert seen_resumed == seen_full[10:]
+    assert resumed.samples_seen == full.samples_seen
+    a = bytes_to_tensors(store.get_bytes(reg.key(resumed.model_version, "weights.safetensors")))
+    b = ModelRegistry(twin, "digits", "cnn").weights(full.model_version)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert list(store.list(f"{reg.prefix}/progress/")) == []     # cleared after publishing

@@ -1,0 +1,94 @@
+"""Held-out evaluation and the promotion gate.
+
+Accuracy is counted per dataset version (the version whose batch added the shard), summed
+over ranks, then reported overall, on this run's new data, and on *earlier* data (shards
+the parent model had already been trained on): the last one, compared before and after
+training, is the forgetting measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from trainer.device import Placement
+from trainer.dist import all_sum
+from trainer.plan import TrainPlan
+from trainer.stream import Batch
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    accuracy: float | None
+    samples: int
+    new_accuracy: float | None          # shards new in this run
+    earlier_accuracy: float | None      # shards the parent had seen (None from scratch)
+    by_version: dict[str, float]        # dataset version -> accuracy
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _ratio(correct: float, total: float) -> float | None:
+    return float(correct / total) if total else None
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place: Placement,
+             release: Callable[[Batch], None] = lambda b: None) -> EvalResult:
+    """Accuracy of ``model`` on the held-out rows ``batches`` yields (all ranks' shares)."""
+    versions = np.array([s.version for s in plan.shards], np.int64)
+    is_new = np.array([s.role == "new" for s in plan.shards], bool)
+    top = int(versions.max()) + 1 if len(versions) else 1
+    # counts[v] = (correct, total) per version; [top + 0/1] = (earlier, new)
+    counts = torch.zeros(top + 2, 2, dtype=torch.float64)
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in batches:
+            x = place.to_device(batch["image"])
+            with place.autocast():
+                pred = model(x).argmax(1).cpu()
+            hit = (pred == batch["label"]).numpy().astype(np.float64)
+            ordinal = (batch["key"].numpy() >> 32).astype(np.int64)
+            release(batch)
+            v = versions[ordinal]
+            counts[:top, 0] += torch.from_numpy(np.bincount(v, hit, minlength=top))
+            counts[:top, 1] += torch.from_numpy(np.bincount(v, minlength=top).astype(np.float64))
+            g = is_new[ordinal].astype(np.int64)
+            counts[top:, 0] += torch.from_numpy(np.bincount(g, hit, minlength=2))
+            counts[top:, 1] += torch.from_numpy(np.bincount(g, minlength=2).astype(np.float64))
+    finally:
+        model.train(was_training)
+    counts = all_sum(counts.to(place.device)).cpu()
+    total = counts[:top].sum(0)
+    by_version = {str(v): float(c / n) for v, (c, n) in enumerate(counts[:top].tolist()) if n}
+    earlier = _ratio(*counts[top].tolist()) if plan.since_version is not None else None
+    return EvalResult(_ratio(*total.tolist()), int(total[1]), _ratio(*counts[top + 1].tolist()),
+                      earlier, by_version)
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    reason: str
+
+
+def gate(candidate: float | None, promoted: float | None, tolerance: float) -> Decision:
+    """Promote unless the candidate is worse than the promoted model beyond ``tolerance``."""
+    if candidate is None:
+        return Decision(False, "no held-out samples to evaluate the candidate on; keeping the "
+                               "promoted model (raise train.holdout_fraction)")
+    if promoted is None:
+        return Decision(True, f"first model: held-out accuracy {candidate:.4f}")
+    if candidate + tolerance >= promoted:
+        return Decision(True, f"held-out accuracy {candidate:.4f} vs promoted {promoted:.4f} "
+                              f"(within tolerance {tolerance})")
+    return Decision(False, f"held-out accuracy {candidate:.4f} is worse than the promoted "
+                           f"model's {promoted:.4f} by more than tolerance {tolerance}; "
+                           "keeping the promoted model")

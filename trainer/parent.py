@@ -1,0 +1,88 @@
+"""Where a run starts: the promoted model (weights + optimizer state) or scratch.
+
+The parent is the model the ``promoted.json`` pointer names. Its weights and AdamW state are
+resumed when its architecture equals this run's; otherwise the run trains from scratch on
+every shard (and says why), while the promoted model is still evaluated for the gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
+from trainer.model import build_model
+from trainer.registry import ModelRegistry, Promoted
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Start:
+    promoted: Promoted | None
+    parent_meta: dict[str, Any] | None
+    from_parent: bool               # weights + optimizer state come from the parent
+    since_version: int | None       # dataset version the start point was trained on
+    reason: str
+
+    @property
+    def parent_version(self) -> int | None:
+        return self.promoted.version if self.promoted else None
+
+
+def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
+    promoted = registry.promoted()
+    if promoted is None:
+        return Start(None, None, False, None, "no promoted model yet: training from scratch")
+    meta = registry.meta(promoted.version)
+    if meta.get("arch") != spec:
+        return Start(promoted, meta, False, None,
+                     f"promoted model {promoted.version} has architecture {meta.get('arch')}, "
+                     f"this run {spec}: training from scratch on all data")
+    return Start(promoted, meta, True, int(meta["dataset_version"]),
+                 f"continuing from promoted model {promoted.version} (trained on dataset "
+                 f"v{meta['dataset_version']})")
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+def load_parent(model: nn.Module, opt: torch.optim.Optimizer, registry: ModelRegistry,
+                start: Start) -> None:
+    """Parent weights and optimizer state into a freshly built model/optimizer."""
+    if start.promoted is None or start.parent_meta is None:
+        raise ValueError("load_parent needs a start with a promoted parent")
+    v = start.promoted.version
+    load_model_tensors(model, registry.weights(v), registry.uri(v))
+    try:
+        load_optimizer_parts(opt, registry.optimizer(v), start.parent_meta["optimizer_state"],
+                             registry.uri(v))
+    except (CheckpointError, KeyError) as exc:
+        log.warning("optimizer state of model %d not resumed (%s); starting AdamW fresh", v, exc)
+
+
+def promoted_model(registry: ModelRegistry, start: Start,
+                   spec: dict[str, Any]) -> nn.Module | None:
+    """The promoted model on its own architecture (for the before/gate evaluation); None if
+    there is none or it takes other inputs/classes than this dataset now has."""
+    if start.promoted is None or start.parent_meta is None:
+        return None
+    theirs = start.parent_meta.get("arch", {})
+    if (theirs.get("shape"), theirs.get("classes")) != (spec["shape"], spec["classes"]):
+        log.warning("promoted model %d takes %s images / %s classes, the dataset now has %s / "
+                    "%s: it cannot be compared", start.promoted.version, theirs.get("shape"),
+                    theirs.get("classes"), spec["shape"], spec["classes"])
+        return None
+    model = build_model(start.parent_meta["arch"])
+    try:
+        load_model_tensors(model, registry.weights(start.promoted.version),
+                           registry.uri(start.promoted.version))
+    except CheckpointError as exc:
+        log.warning("promoted model %d cannot be evaluated: %s", start.promoted.version, exc)
+        return None
+    return model
