@@ -33,7 +33,7 @@ class LoopState:
     samples: int = 0                   # global (all ranks)
     wait_s: float = 0.0
     wall_s: float = 0.0
-    steps: list[dict[str, Any]] = field(default_factory=list)    # per log interval
+    steps: list[dict[str, Any]] = field(default_factory=list)    # curve points
     epochs: list[dict[str, Any]] = field(default_factory=list)   # per epoch
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +51,7 @@ class LoopHooks:
     on_batch: Callable[[int, Batch], None] | None = None    # observe (tests, profiling)
     log_every: int = 50
     checkpoint_every: int = 200
+    curve_every: int = 10
     is_main: bool = True
 
 
@@ -94,8 +95,8 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
              world: int = 1) -> LoopState:
     """Train until the loader is exhausted (all epochs); returns the updated ``state``."""
     model.train()
-    interval, epoch_run = _Running(place.device), _Running(place.device)
-    t_log, wait_log, samples_log = time.perf_counter(), 0.0, 0
+    interval = _Running(place.device)
+    t_point, wait_point, logged = time.perf_counter(), 0.0, len(state.steps)
     it = iter(loader)
     while True:
         t0 = time.perf_counter()
@@ -103,46 +104,57 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
             batch = next(it)
         except StopIteration:
             break
-        t1 = time.perf_counter()
-        state.wait_s += t1 - t0
-        wait_log += t1 - t0
+        wait = time.perf_counter() - t0
+        state.wait_s += wait
+        wait_point += wait
         if hooks.on_batch is not None:
             hooks.on_batch(state.step, batch)
         epoch, epoch_end = int(batch["epoch"]), bool(batch["epoch_end"])
-        n_before = interval.seen
+        seen = interval.seen
         train_step(model, opt, place, stream, batch, interval)
-        n = interval.seen - n_before
-        epoch_run.seen += n
         state.step += 1
-        state.samples += n * world
-        samples_log += n * world
+        state.samples += (interval.seen - seen) * world
         state.wall_s += time.perf_counter() - t0
-        if state.step % hooks.log_every == 0 or epoch_end:
-            epoch_run.loss += interval.loss
-            epoch_run.correct += interval.correct
-            elapsed = time.perf_counter() - t_log
-            _log_interval(state, interval, epoch, samples_log / elapsed, wait_log / elapsed,
-                          hooks.is_main)
+        if state.step % hooks.curve_every == 0 or state.step % hooks.log_every == 0 or epoch_end:
+            _add_point(state, interval, epoch, time.perf_counter() - t_point, wait_point, world)
             interval = _Running(place.device)
-            t_log, wait_log, samples_log = time.perf_counter(), 0.0, 0
+            t_point, wait_point = time.perf_counter(), 0.0
+        if (state.step % hooks.log_every == 0 or epoch_end) and hooks.is_main:
+            _log(state.steps[logged:], state.step, epoch)
+        if state.step % hooks.log_every == 0 or epoch_end:
+            logged = len(state.steps)
         if epoch_end:
-            loss, acc = epoch_run.read()
-            row = {"epoch": epoch, "step": state.step, "loss": loss, "train_accuracy": acc}
+            row = {"epoch": epoch, "step": state.step,
+                   **_summary([p for p in state.steps if p["epoch"] == epoch])}
             row.update(hooks.epoch_end(state, epoch))
-            state.epochs.append(row)
-            epoch_run = _Running(place.device)
+            state.epochs.append({k: row[k] for k in row if k not in ("samples_per_s",
+                                                                     "data_wait")})
             hooks.checkpoint(state)
-            t_log = time.perf_counter()     # evaluation time is not training throughput
+            t_point = time.perf_counter()     # evaluation time is not training throughput
         elif state.step % hooks.checkpoint_every == 0:
             hooks.checkpoint(state)
     return state
 
 
-def _log_interval(state: LoopState, run: _Running, epoch: int, rate: float, wait: float,
-                  is_main: bool) -> None:
+def _add_point(state: LoopState, run: _Running, epoch: int, seconds: float, wait: float,
+               world: int) -> None:
     loss, acc = run.read()
     state.steps.append({"step": state.step, "epoch": epoch, "loss": loss, "train_accuracy": acc,
-                        "samples_per_s": rate, "data_wait": wait})
-    if is_main:
-        log.info("step %d epoch %d loss %.4f acc %.3f samples/s %.0f data-wait %.1f%%",
-                 state.step, epoch, loss, acc, rate, 100.0 * wait)
+                        "samples": run.seen * world, "seconds": seconds, "wait_s": wait})
+
+
+def _summary(points: list[dict[str, Any]]) -> dict[str, float]:
+    """Sample-weighted loss/accuracy and rates over curve points."""
+    n = sum(p["samples"] for p in points) or 1
+    secs = sum(p["seconds"] for p in points) or 1e-9
+    return {"loss": sum(p["loss"] * p["samples"] for p in points) / n,
+            "train_accuracy": sum(p["train_accuracy"] * p["samples"] for p in points) / n,
+            "samples_per_s": n / secs, "data_wait": sum(p["wait_s"] for p in points) / secs}
+
+
+def _log(points: list[dict[str, Any]], step: int, epoch: int) -> None:
+    if not points:
+        return
+    s = _summary(points)
+    log.info("step %d epoch %d loss %.4f acc %.3f samples/s %.0f data-wait %.1f%%", step, epoch,
+             s["loss"], s["train_accuracy"], s["samples_per_s"], 100.0 * s["data_wait"])

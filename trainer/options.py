@@ -13,12 +13,14 @@ class RunOptions:
     device: str | None = None          # None: CUDA when present, else CPU
     amp: bool = True                   # bf16 autocast on CUDA (ignored on CPU)
     log_every: int = 50                # steps between progress lines (rank 0)
+    curve_every: int = 10              # steps between training-curve points
     checkpoint_every: int = 200        # steps between in-progress checkpoints (+ epoch ends)
     resume: bool = True                # continue an interrupted run with the same inputs
     eval_each_epoch: bool = True       # held-out accuracy per epoch for the training curve
     loader: LoaderSpec = field(default_factory=LoaderSpec)
 
     def __post_init__(self) -> None:
-        if self.log_every <= 0 or self.checkpoint_every <= 0:
-            raise ValueError(f"log_every and checkpoint_every must be positive, got "
-                             f"{self.log_every=}, {self.checkpoint_every=}")
+        if min(self.log_every, self.checkpoint_every, self.curve_every) <= 0:
+            raise ValueError(f"log_every, checkpoint_every and curve_every must be positive, "
+                             f"got {self.log_every=}, {self.checkpoint_every=}, "
+                             f"{self.curve_every=}")

@@ -159,7 +159,8 @@ class _Run:
             epoch_end=lambda st, ep: self._epoch_eval(model, ep),
             checkpoint=lambda st: self._checkpoint(model, opt, loader, st, before),
             on_batch=on_batch, log_every=self.options.log_every,
-            checkpoint_every=self.options.checkpoint_every, is_main=self.info.is_main)
+            checkpoint_every=self.options.checkpoint_every,
+            curve_every=self.options.curve_every, is_main=self.info.is_main)
         resumed_at = state.step if progress is not None else None
         state = run_loop(train_model, opt, loader, stream, self.place, state, hooks,
                          self.info.world)

@@ -126,3 +126,34 @@ def write_local_version(root: Path, cfg: DatasetConfig, rows: np.ndarray,
         p.write_bytes(data)
 
     return build_version(put, cfg, rows, previous, compression)
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def config_toml(cfg: Config) -> str:
+    """The TOML file that ``shardline.config.load_config`` reads back as ``cfg``."""
+    from shardline.config import config_to_dict
+
+    lines: list[str] = []
+
+    def table(name: str, data: dict[str, object]) -> None:
+        nested = {k: v for k, v in data.items() if isinstance(v, dict)}
+        lines.append(f"[{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in data.items()
+                     if v is not None and k not in nested)
+        for k, v in nested.items():
+            table(f"{name}.{k}", v)
+
+    for name, data in config_to_dict(cfg).items():
+        table(name, data)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""``shardline train``: train on a dataset version and continue the promoted model.
+
+By default it runs the Prefect ``train`` flow (the run, its logs and artifacts show in the
+UI: the stack's server, or Prefect's ephemeral mode). ``--no-flow`` calls the trainer
+directly, as does any launch under torchrun (each rank must not create its own flow run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import typer
+
+
+def _train(config: str, version: int | None, use_flow: bool) -> dict[str, Any]:
+    if use_flow and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        from flows.train import train as train_flow
+
+        return train_flow(config=config, version=version)
+    from shardline.config import StoreSettings, load_config
+    from shardline.store import ObjectStore
+    from trainer.run import train
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(message)s")
+    return train(load_config(config), ObjectStore(StoreSettings.from_env()), version).to_dict()
+
+
+def print_result(r: dict[str, Any]) -> None:
+    from shardline_cli.main import out
+
+    verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
+    before = "n/a" if r["accuracy_before"] is None else f"{r['accuracy_before']:.4f}"
+    after = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.4f}"
+    out.print(f"[bold]{r['dataset']}[/] v{r['dataset_version']} -> model {r['model_version']} "
+              f"(parent {r['parent_model_version']}): {verdict}\n"
+              f"  held-out accuracy {before} -> {after}; {r['decision']}\n"
+              f"  {r['new_samples']} new + {r['replay_samples']} replay samples x {r['epochs']} "
+              f"epochs; loader {r['loader_samples_per_s']:,.0f} samples/s, data wait "
+              f"{100 * r['data_wait_share']:.1f} %\n  checkpoint {r['checkpoint']}")
+
+
+def run_train_and_print(config: str, version: int | None = None) -> dict[str, Any]:
+    """Train (as the Prefect flow) and print a summary (used by ``shardline demo``)."""
+    result = _train(str(config), version, use_flow=True)
+    print_result(result)
+    return result
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def train(
+        config: str = typer.Option(..., "--config", "-c", help="dataset TOML file", exists=True,
+                                   dir_okay=False, readable=True),
+        version: int = typer.Option(None, "--version", help="dataset version (default: latest)"),
+        as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
+        use_flow: bool = typer.Option(True, "--flow/--no-flow",
+                                      help="run as the Prefect `train` flow (artifacts in the "
+                                           "UI) or call the trainer directly"),
+    ) -> None:
+        """Train on a dataset version, continuing from the promoted model."""
+        from shardline.errors import ShardlineError
+        from shardline_cli.main import _prepare, fail
+
+        _prepare()
+        try:
+            result = _train(config, version, use_flow)
+        except ShardlineError as exc:
+            fail(exc, as_json)
+        if as_json:
+            print(json.dumps(result))
+        else:
+            print_result(result)

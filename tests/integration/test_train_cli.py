@@ -1,0 +1,54 @@
+"""``shardline train --json`` prints one JSON object with the contract's fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from shardline.config import StoreSettings
+from shardline.store import ObjectStore
+from shardline_cli.train_cmd import register
+from tests.integration.trainer_data import config_toml, digits_config, publish_version
+
+
+@pytest.fixture
+def app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+
+    @app.command()
+    def noop() -> None:  # a second command keeps typer from collapsing the app to `train`
+        pass
+    return app
+
+
+def test_train_json_contract(app: typer.Typer, store: ObjectStore, store_settings: StoreSettings,
+                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = digits_config(epochs=1, cache_dir=str(tmp_path / "cache"))
+    publish_version(store, cfg.dataset, np.arange(500))
+    config = tmp_path / "digits.toml"
+    config.write_text(config_toml(cfg))
+    monkeypatch.setenv("SHARDLINE_BUCKET", store_settings.bucket)
+    monkeypatch.setenv("SHARDLINE_S3_ENDPOINT_URL", store_settings.endpoint_url or "")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    runner = CliRunner()
+
+    r = runner.invoke(app, ["train", "--config", str(config), "--json", "--no-flow"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["model_version"] == 1 and data["dataset_version"] == 1
+    assert data["parent_model_version"] is None and data["promoted"] is True
+    assert data["samples_seen"] > 0 and 0 < data["eval_accuracy"] <= 1
+    assert data["checkpoint"] == f"s3://{store_settings.bucket}/models/digits/cnn/000001/"
+
+    r = runner.invoke(app, ["train", "--config", str(config), "--version", "7", "--json",
+                            "--no-flow"])
+    assert r.exit_code == 1
+    err = json.loads(r.stdout.splitlines()[0])
+    assert "dataset version 7 does not exist" in err["error"] and "[1]" in err["error"]
