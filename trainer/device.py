@@ -41,7 +41,7 @@ class Placement:
     def prepare(self, model: nn.Module) -> nn.Module:
         model = model.to(self.device)
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return model
 
 

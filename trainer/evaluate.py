@@ -9,7 +9,7 @@ training, is the forgetting measure.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,14 @@ class EvalResult:
     new_accuracy: float | None          # shards new in this run
     earlier_accuracy: float | None      # shards the parent had seen (None from scratch)
     by_version: dict[str, float]        # dataset version -> accuracy
+    samples_by_version: dict[str, int] = field(default_factory=dict)
+
+    def accuracy_on(self, versions: Iterable[int]) -> float | None:
+        """Sample-weighted accuracy over some dataset versions' held-out rows."""
+        keys = [str(v) for v in versions if str(v) in self.by_version]
+        n = sum(self.samples_by_version.get(k, 0) for k in keys)
+        hits = sum(self.by_version[k] * self.samples_by_version.get(k, 0) for k in keys)
+        return hits / n if n else None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -67,10 +75,11 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place:
         model.train(was_training)
     counts = all_sum(counts.to(place.device)).cpu()
     total = counts[:top].sum(0)
-    by_version = {str(v): float(c / n) for v, (c, n) in enumerate(counts[:top].tolist()) if n}
+    per_version = [(str(v), c, n) for v, (c, n) in enumerate(counts[:top].tolist()) if n]
     earlier = _ratio(*counts[top].tolist()) if plan.since_version is not None else None
     return EvalResult(_ratio(*total.tolist()), int(total[1]), _ratio(*counts[top + 1].tolist()),
-                      earlier, by_version)
+                      earlier, {v: c / n for v, c, n in per_version},
+                      {v: int(n) for v, _, n in per_version})
 
 
 @dataclass(frozen=True)

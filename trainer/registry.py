@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +56,9 @@ class ModelRegistry:
     def numbers(self) -> list[int]:
         """Every claimed model number (complete or not), ascending."""
         out = []
-        for p in self.store.list_prefixes(f"{self.prefix}/"):
+        # (ObjectStore's method named ``list`` shadows the builtin in its annotations)
+        prefixes: Iterable[str] = self.store.list_prefixes(f"{self.prefix}/")  # type: ignore[assignment]
+        for p in prefixes:
             m = _NUM_RE.search(p)
             if m:
                 out.append(int(m.group(1)))

@@ -17,6 +17,8 @@ hash, so it is deterministic per run salt and independent of shard layout.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -49,6 +51,7 @@ def id_hash64(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """64-bit hash of every id in a string column (uint64 array, one per row)."""
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
+    off_dtype: type[np.signedinteger[Any]]
     if pa.types.is_large_string(ids.type):
         off_dtype = np.int64
     elif pa.types.is_string(ids.type):
@@ -62,8 +65,8 @@ def id_hash64(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         raise ValueError(f"id column has {ids.null_count} null(s); ids must be non-null")
     bufs = ids.buffers()
     width = np.dtype(off_dtype).itemsize
-    offsets = np.frombuffer(bufs[1], off_dtype, count=n + 1, offset=ids.offset * width)
-    offsets = offsets.astype(np.int64)
+    offsets = np.frombuffer(bufs[1], off_dtype, count=n + 1,
+                            offset=ids.offset * width).astype(np.int64)
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
     start, end = int(offsets[0]), int(offsets[-1])
     lengths = np.diff(offsets)
@@ -72,7 +75,8 @@ def id_hash64(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     sums = np.zeros(n, np.uint64)
     nonempty = lengths > 0
     if nonempty.any():
-        sums[nonempty] = np.add.reduceat(vals, (offsets[:-1] - start)[nonempty])
+        starts = ((offsets[:-1] - start)[nonempty]).astype(np.intp)
+        sums[nonempty] = np.add.reduceat(vals, starts)
     return _splitmix(sums + lengths.astype(np.uint64) * K_LEN)
 
 

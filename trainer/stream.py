@@ -120,7 +120,7 @@ class ShardStream(BaseNode[Batch]):
     def _epoch_windows(self) -> list[list[int]]:
         if self._windows_epoch != self._epoch:
             order = shard_order(len(self._shards), self.seed, self._epoch)
-            self._windows = make_windows(order, self._expected, self.window_rows,
+            self._windows = make_windows(order.tolist(), self._expected, self.window_rows,
                                          self.window_min_shards)
             self._windows_epoch = self._epoch
         return self._windows
