@@ -98,8 +98,8 @@ def upload_zarr(store: ObjectStore, key: str, items: Iterable[Digit], with_ids: 
     group.create_array("labels", data=np.array([d.label for d in items], dtype=np.int64),
                        chunks=(chunk_rows,))
     if with_ids:
-        group.create_array("ids", data=np.array([d.id for d in items], dtype=str),
-                           chunks=(chunk_rows,))
+        ids = group.create_array("ids", shape=(len(items),), dtype=str, chunks=(chunk_rows,))
+        ids[:] = np.array([d.id for d in items], dtype=object)
     return len(items)
 
 
@@ -125,3 +125,22 @@ def bad_jsonl_lines() -> list[tuple[str, str | None]]:
         ('{"id": "broken", "label": 1, "ima', "unparseable_record"),
         ("[1, 2, 3]", "unparseable_record"),
     ]
+
+
+def upload_demo_part(store: ObjectStore, incoming: str, part: int) -> dict[str, int]:
+    """The demo's uploads. Part 1: a JSONL export of 1,000 digits plus a few broken lines
+    (so quarantine has something to show). Part 2: a Zarr group of 500 digits and an
+    ImageFolder of the remaining 297 PNGs, one of which repeats a part-1 id."""
+    base = incoming.rstrip("/")
+    if part == 1:
+        items = digits(0, 1000)
+        bad = "\n".join(line for line, _ in bad_jsonl_lines()[:4]) + "\n"
+        store.put_bytes(f"{base}/upload-1/digits.jsonl", jsonl_bytes(items) + bad.encode(),
+                        content_type="application/x-ndjson")
+        return {"objects": 1, "rows": len(items) + 4}
+    if part == 2:
+        n = upload_zarr(store, f"{base}/upload-2/digits.zarr", digits(1000, 1500))
+        folder = digits(1500, 1797) + [digits(5, 6)[0]]   # d00005 is already in part 1
+        m = upload_image_folder(store, f"{base}/upload-2/images", folder)
+        return {"objects": 1 + m, "rows": n + m}
+    raise ValueError(f"the demo has parts 1 and 2, not {part}")

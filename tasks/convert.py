@@ -83,6 +83,17 @@ def plan_groups(sources: tuple[Source, ...], tasks: int) -> tuple[tuple[Source, 
     return tuple(tuple(sorted(g, key=lambda s: s.key)) for g in groups if g)
 
 
+# Below this much input per task, splitting further costs more (more, smaller shards and
+# per-task start-up) than the parallelism gains.
+MIN_TASK_BYTES = 8 * 1024 * 1024
+
+
+def plan_task_count(batch: Batch, parallelism: int) -> int:
+    """Two tasks per core for large batches (stragglers even out), fewer for small ones."""
+    by_size = -(-batch.bytes // MIN_TASK_BYTES)
+    return max(1, min(2 * parallelism, by_size, len(batch.sources)))
+
+
 def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:
     """Run the conversion tasks on Spark and collect their metadata rows."""
     spark = spark_sessions.get_session(spark_settings)
@@ -98,7 +109,8 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
     """Convert ``batch`` into staged shards under ``staging/<run_id>/``."""
     t0 = time.perf_counter()
     if tasks is None:
-        tasks = 2 * spark_sessions.default_parallelism(spark_sessions.get_session(spark_settings))
+        tasks = plan_task_count(batch, spark_sessions.default_parallelism(
+            spark_sessions.get_session(spark_settings)))
     t_session = time.perf_counter()
     job = ConvertJob(cfg, store.settings, run_id, plan_groups(batch.sources, tasks))
     meta = run_spark(job, spark_settings)

@@ -104,9 +104,13 @@ def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataSha
     try:
         rid, label, pixels = norm.normalise(rec.id, rec.label, rec.image)
     except RowError as exc:
+        rule, why = exc.rule, exc.message
+        if rec.tail_cut:
+            rule, why = "truncated_file", f"the last row has no final newline (cut-off " \
+                f"upload?) and fails {exc.rule}: {exc.message}"
         bad.append(dict(source_key=src.key, source_row=rec.row, id=_str(rec.id),
-                        label=_str(rec.label), rule=exc.rule,
-                        message=f"{src.key} row {rec.row}: {exc.message}", raw=rec.raw))
+                        label=_str(rec.label), rule=rule,
+                        message=f"{src.key} row {rec.row}: {why}", raw=rec.raw))
         return
     writer.add(rid, label, pixels, src.key, rec.row)
 

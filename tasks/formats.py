@@ -36,6 +36,9 @@ class Record:
     label: Any
     image: Any            # encoded bytes, base64 str, or an ndarray of pixels (Zarr)
     raw: bytes | None = None
+    # The last record of a text file without a final newline: if it fails a check, the
+    # likely cause is a cut-off upload, and the rule says so (truncated_file).
+    tail_cut: bool = False
 
 
 @dataclass
@@ -95,7 +98,8 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record 
                           f"expected a JSON object, got {type(obj).__name__}", line[:4096])
             continue
         yield Record(i, obj.get(cfg.id_column), obj.get(cfg.label_column),
-                     obj.get(cfg.image.column), line)
+                     obj.get(cfg.image.column), line,
+                     tail_cut=i == last and not data.endswith(b"\n"))
 
 
 def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
@@ -123,7 +127,8 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
             yield Problem(i, "truncated_file" if cut else "unparseable_record", why, raw)
             continue
         get = lambda name: fields[col[name]] if name in col else None  # noqa: E731
-        yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw)
+        yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw,
+                     tail_cut=i == len(rows) - 1 and not ends_cleanly)
 
 
 def _csv_rows(reader: Any) -> Iterator[tuple[list[str], str | None]]:

@@ -89,7 +89,10 @@ def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
 
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = ctx.data_sources.add_pandas("shardline")
     frames = {
         f"{cfg.name}.batch": conv.rows.to_pandas(),

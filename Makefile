@@ -1,0 +1,47 @@
+# shardline: `make demo` sets everything up and runs the main job; `make test` runs the tests.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Reinstall when pyproject.toml changes.
+STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export GX_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+
+.PHONY: setup demo test test-fast lint up down status bench browser-deps clean
+
+setup: $(STAMP)
+
+# torch is installed first and pinned in every step: the local CPU wheel, never a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]' torch==2.13.0
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: setup
+	$(BIN)/shardline demo
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+test-fast: setup
+	$(BIN)/python -m pytest -q tests/unit
+
+lint: setup
+	$(BIN)/ruff check shardline shardline_cli tasks flows trainer infra tests
+
+up: setup
+	$(BIN)/shardline up
+
+down:
+	$(BIN)/shardline down
+
+status:
+	$(BIN)/shardline status
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

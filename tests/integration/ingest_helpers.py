@@ -1,0 +1,87 @@
+"""Helpers for ingest tests: run the stages without Prefect, and read back what a reader sees."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from infra.demo_data import CLASSES
+from shardline.config import DatasetConfig, SparkSettings, parse_config
+from shardline.manifest import Manifest, latest_manifest
+from shardline.store import ObjectStore
+from tasks.convert import convert
+from tasks.detect import detect
+from tasks.publish import Published, publish
+from tasks.validate import require_success, validate
+
+
+def dataset_config(**overrides) -> DatasetConfig:
+    ds = {"name": "digits", "incoming": "incoming/digits/", "classes": CLASSES,
+          "image": {"shape": [8, 8, 1]}, "validation": {"max_quarantine_fraction": 0.5},
+          "sweep_after_minutes": 60.0}
+    for k, v in overrides.items():
+        ds[k] = {**ds[k], **v} if isinstance(v, dict) and isinstance(ds.get(k), dict) else v
+    return parse_config({"dataset": ds}).dataset
+
+
+def run_pipeline(store: ObjectStore, cfg: DatasetConfig, spark: SparkSettings,
+                 run_id: str | None = None) -> Published | None:
+    """detect -> convert -> validate -> publish, as the ingest flow wires them."""
+    batch = detect(store, cfg)
+    if batch is None:
+        return None
+    conv = convert(store, cfg, spark, batch, run_id or uuid.uuid4().hex[:12],
+                   latest_manifest(store, cfg.prefix))
+    report = validate(store, cfg, conv)
+    require_success(report, batch.id)
+    return publish(store, cfg, conv, report)
+
+
+def read_arrow(store: ObjectStore, key: str) -> pa.Table:
+    with ipc.open_file(pa.BufferReader(store.get_bytes(key))) as f:
+        return f.read_all()
+
+
+def published_rows(store: ObjectStore, m: Manifest, verify: bool = True) -> pa.Table:
+    """Every published row of version ``m``, checking each shard's sha256 and row count."""
+    tables = []
+    for s in m.shards:
+        data = store.get_bytes(s.path)
+        if verify:
+            assert hashlib.sha256(data).hexdigest() == s.sha256, s.path
+        with ipc.open_file(pa.BufferReader(data)) as f:
+            t = f.read_all()
+        assert t.num_rows == s.rows, s.path
+        tables.append(t)
+    return pa.concat_tables(tables)
+
+
+def quarantined_rows(store: ObjectStore, m: Manifest) -> pa.Table:
+    shards = m.quarantine["shards"]
+    if not shards:
+        from shardline.schema import QUARANTINE_SCHEMA
+        return QUARANTINE_SCHEMA.empty_table()
+    return pa.concat_tables([read_arrow(store, s.path) for s in shards])
+
+
+def assert_exactly_once(store: ObjectStore, m: Manifest, good_ids: list[str],
+                        bad: list[tuple[str, str]]) -> None:
+    """The oracle: every good id is published exactly once; every bad row (key fragment or
+    id, rule) is quarantined with that rule; nothing else appears."""
+    pub = published_rows(store, m)
+    counts = Counter(pub.column("id").to_pylist())
+    assert {k for k, v in counts.items() if v > 1} == set(), "an id was published twice"
+    assert sorted(counts) == sorted(good_ids)
+    q = quarantined_rows(store, m).to_pylist()
+    assert len(q) == len(bad), [(r["source_key"], r["source_row"], r["id"], r["rule"]) for r in q]
+    remaining = list(q)
+    for ident, rule in bad:
+        hit = next((r for r in remaining if r["rule"] == rule and
+                    (r["id"] == ident or ident in r["source_key"])), None)
+        assert hit is not None, f"no quarantine row for {ident!r} with rule {rule}"
+        assert hit["message"], "a quarantine row must say why"
+        remaining.remove(hit)
