@@ -81,20 +81,21 @@ def test_batches_hold_the_pixels_and_labels_their_keys_name(local_digits: LocalD
             assert np.array_equal(pix.permute(1, 2, 0).reshape(-1).numpy(), images[src])
 
 
+@pytest.mark.parametrize("prefetch", [4, 0])
 @pytest.mark.parametrize("stop_after", [1, 17, 30])
 def test_resume_continues_with_exactly_the_same_samples(local_digits: LocalDigits,
-                                                       stop_after: int) -> None:
+                                                       stop_after: int, prefetch: int) -> None:
     """State after k batches -> a new loader continues with the uninterrupted remainder
     (k=30 crosses into the second epoch; the v2 plan mixes plain and LZ4 shards)."""
     plan = local_digits.plan(since=1)
-    full = [b["key"].tolist() for b in make_train_loader(stream(local_digits, plan),
-                                                         LoaderSpec())]
-    loader = make_train_loader(stream(local_digits, plan), LoaderSpec())
+    spec = LoaderSpec(prefetch_batches=prefetch)
+    full = [b["key"].tolist() for b in make_train_loader(stream(local_digits, plan), spec)]
+    loader = make_train_loader(stream(local_digits, plan), spec)
     it = iter(loader)
     head = [next(it)["key"].tolist() for _ in range(stop_after)]
     state = loader.state_dict()
     del it, loader                                        # "killed"
-    resumed = make_train_loader(stream(local_digits, plan), LoaderSpec())
+    resumed = make_train_loader(stream(local_digits, plan), spec)
     resumed.load_state_dict(state)
     tail = [b["key"].tolist() for b in resumed]
     assert head == full[:stop_after]
