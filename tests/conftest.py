@@ -59,3 +59,24 @@ def spark_remote(server_dir: Path) -> Iterator[str]:
         yield svc.url
     finally:
         svc.stop()
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """A real Prefect server (SQLite, temporary) for the whole session; flows, artifacts and
+    events go to it."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+@pytest.fixture
+def stack_env(monkeypatch: pytest.MonkeyPatch, store_settings: StoreSettings) -> StoreSettings:
+    """Environment that points the flows and the CLI at the test S3 server and bucket."""
+    monkeypatch.setenv("SHARDLINE_BUCKET", store_settings.bucket)
+    monkeypatch.setenv("SHARDLINE_S3_ENDPOINT_URL", store_settings.endpoint_url or "")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return store_settings
