@@ -18,10 +18,16 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from shardline.config import SparkSettings, StoreSettings, load_config
+from flows.settings import store_settings
+from shardline.config import SparkSettings, load_config
 from tasks.artifacts import artifact_key, publish_ingest_artifacts
 from tasks.prefect_tasks import (
-    convert_stage, detect_stage, load_versions, publish_stage, sweep_stage, validate_stage,
+    convert_stage,
+    detect_stage,
+    load_versions,
+    publish_stage,
+    sweep_stage,
+    validate_stage,
 )
 from tasks.validate import require_success
 
@@ -61,7 +67,7 @@ def ingest(config: str) -> dict[str, Any]:
     """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict."""
     log = get_run_logger()
     cfg = load_config(config).dataset
-    store, spark = StoreSettings.from_env(), SparkSettings.from_env()
+    store, spark = store_settings(), SparkSettings.from_env()
     run_id = _run_id()
     progress = create_progress_artifact(0.0, key=artifact_key(cfg.name, "ingest-progress"),
                                         description=f"ingest of {cfg.name}")

@@ -21,9 +21,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.concurrency.sync import concurrency
 from prefect.logging.handlers import APILogHandler
 
-from shardline.config import StoreSettings, load_config
+from flows.settings import store_settings
+from shardline.config import load_config
 from shardline.store import ObjectStore
 from trainer.run import TrainResult
 from trainer.run import train as run_training
@@ -129,8 +131,10 @@ def trainer_logs_to_prefect() -> Iterator[None]:
 @task(name="train-model")
 def train_model(config: str, version: int | None) -> TrainResult:
     cfg = load_config(config)
-    store = ObjectStore(StoreSettings.from_env())
-    with trainer_logs_to_prefect():
+    store = ObjectStore(store_settings())
+    # One training run per dataset at a time, however it was started (the limit is created
+    # by `shardline deploy`; without it, this is a no-op).
+    with concurrency(f"train-{cfg.dataset.name}", occupy=1), trainer_logs_to_prefect():
         return run_training(cfg, store, version)
 
 

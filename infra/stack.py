@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra import procs, services, snapshot
+from infra import procs, services, snapshot, worker
 from infra.stack_state import (
     ACCESS_KEY,
     REGION,
@@ -77,6 +77,8 @@ SERVICES: tuple[ServiceSpec, ...] = (
         c.ports["prefect"], c.prefect_home, c.log_dir), "prefect"),
     ServiceSpec("spark", lambda c: services.launch_spark_connect(
         c.ports["spark"], c.log_dir, c.spark_master, c.home / "spark"), "spark"),
+    ServiceSpec("worker", lambda c: worker.launch_worker(c), None, 90.0,
+                after=("s3", "prefect", "spark")),
 )
 
 

@@ -135,10 +135,10 @@ class TrainConfig:
     width: int = 32
     depth: int = 2
     epochs: int = 3
-    batch_size: int = 64
+    batch_size: int = 32
     lr: float = 2e-3
     weight_decay: float = 1e-4
-    replay_ratio: float = 0.3
+    replay_ratio: float = 0.4
     holdout_fraction: float = 0.15
     promote_tolerance: float = 0.01
     seed: int = 0

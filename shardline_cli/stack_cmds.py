@@ -13,7 +13,7 @@ from rich.table import Table
 
 from infra import stack
 from infra.snapshot import SnapshotSummary
-from infra.stack_state import StackConfig, resolve_home, stack_env
+from infra.stack_state import StackConfig, StackState, resolve_home, stack_env
 from shardline.errors import ShardlineError
 
 out = Console()
@@ -32,6 +32,12 @@ BucketOpt = typer.Option(None, "--bucket", help="bucket created on up "
 DiscardOpt = typer.Option(False, "--discard", help="do not save the buckets: objects "
                           "written since up are dropped")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "digits.toml"
+ConfigOpt = typer.Option(DEFAULT_CONFIG, "--config", "-c", envvar="SHARDLINE_CONFIG",
+                         help="dataset TOML whose flows are deployed", exists=True,
+                         dir_okay=False)
+DeployOpt = typer.Option(True, "--deploy/--no-deploy",
+                         help="deploy the flows to the stack's Prefect server")
 EnvOpt = typer.Option(False, "--env", help="print `export VAR=value` lines for clients")
 
 
@@ -77,8 +83,10 @@ def _fail(exc: Exception) -> None:
 
 def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
        prefect_port: int | None = PrefectPortOpt, spark_port: int | None = SparkPortOpt,
-       bucket: str | None = BucketOpt) -> None:
-    """Start the embedded stack in the background: S3 (moto), Prefect server, Spark Connect.
+       bucket: str | None = BucketOpt, config: Path = ConfigOpt,
+       deploy: bool = DeployOpt) -> None:
+    """Start the embedded stack in the background: S3 (moto), Prefect server + worker,
+    Spark Connect; then deploy the flows for --config (nightly, on-upload, on-publish).
 
     Loads the buckets saved by the last `down` and creates the default bucket.
     """
@@ -101,8 +109,23 @@ def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
             if result.restored.etag_changed:
                 out.print(f"[yellow]{len(result.restored.etag_changed)} object(s) got a new "
                           f"ETag[/], e.g. {result.restored.etag_changed[:3]}")
+    if deploy:
+        _deploy(result.state, config)
     _print_status(stack.status(cfg.home))
     out.print(f"clients: eval \"$(shardline status --env --home {shlex.quote(str(cfg.home))})\"")
+
+
+def _deploy(state: StackState, config: Path) -> None:
+    from infra.deploy import DeploySpec, deploy
+    from shardline.config import StoreSettings
+
+    try:
+        with err.status(f"deploying flows for {config}", spinner="dots"):
+            names = deploy(DeploySpec(config=config, api_url=state.prefect_api_url),
+                           StoreSettings.from_env(stack_env(state)))
+    except ShardlineError as exc:
+        _fail(exc)
+    out.print(f"deployed {', '.join(names)} (dataset config {config})")
 
 
 def down(home: Path | None = HomeOpt, discard: bool = DiscardOpt) -> None:

@@ -1,0 +1,40 @@
+"""Where flow runs get object-store settings from.
+
+Deployments name a prefect-aws ``AwsCredentials`` block in ``SHARDLINE_AWS_CREDENTIALS_BLOCK``
+(its secret fields stay hidden in the UI and logs, and never travel as flow parameters or
+artifacts); the endpoint and bucket still come from the environment. Without a block name
+(the CLI, tests) the standard environment variables are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from shardline.config import StoreSettings
+from shardline.errors import ConfigError
+
+BLOCK_ENV = "SHARDLINE_AWS_CREDENTIALS_BLOCK"
+
+
+def store_settings() -> StoreSettings:
+    base = StoreSettings.from_env()
+    name = os.environ.get(BLOCK_ENV, "").strip()
+    if not name:
+        return base
+    from prefect_aws import AwsCredentials
+
+    try:
+        creds = AwsCredentials.load(name)
+    except ValueError as exc:
+        raise ConfigError(f"AwsCredentials block {name!r} (from {BLOCK_ENV}) was not found; "
+                          "create it with `shardline deploy` or in the Prefect UI") from exc
+    secret = creds.aws_secret_access_key
+    endpoint = creds.aws_client_parameters.endpoint_url if creds.aws_client_parameters else None
+    return dataclasses.replace(
+        base,
+        access_key=creds.aws_access_key_id or base.access_key,
+        secret_key=secret.get_secret_value() if secret is not None else base.secret_key,
+        region=creds.region_name or base.region,
+        endpoint_url=endpoint or base.endpoint_url,
+    )

@@ -1,0 +1,106 @@
+"""Deploy shardline's flows to a Prefect server: work pools, the AwsCredentials block, the
+training concurrency limit, then ``prefect --no-prompt deploy --all`` over ``prefect.yaml``.
+
+``prefect.yaml`` holds the deployments; the values that differ per dataset and environment
+(config path, bucket, incoming prefix, pools, cron, debounce window) are passed to it as
+``SHARDLINE_*`` environment variables, which its ``{{ $VAR }}`` templates read.
+Re-deploying updates the deployments in place (no duplicate automations).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardline.config import StoreSettings, load_config
+from shardline.errors import ShardlineError
+
+log = logging.getLogger(__name__)
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+BLOCK_NAME = "shardline-s3"
+DEPLOYMENTS = ("ingest/ingest-nightly", "ingest/ingest-on-upload", "train/train-on-publish")
+
+
+class DeployError(ShardlineError):
+    """``prefect deploy`` or a Prefect API call failed; the message carries its output."""
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    config: Path
+    api_url: str
+    work_pool: str = "shardline-process"
+    train_pool: str = "shardline-process"
+    nightly_cron: str = "0 2 * * *"
+    debounce_seconds: int = 5
+
+
+def _ensure_pool(client, name: str) -> None:  # type: ignore[no-untyped-def]
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists
+
+    try:
+        client.create_work_pool(WorkPoolCreate(name=name, type="process"))
+    except ObjectAlreadyExists:
+        pass
+
+
+def _ensure_limit(client, name: str) -> None:  # type: ignore[no-untyped-def]
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, PrefectHTTPStatusError
+
+    try:
+        client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
+    except (ObjectAlreadyExists, PrefectHTTPStatusError):
+        pass   # exists already (409)
+
+
+def save_credentials_block(store: StoreSettings) -> str:
+    """Store the S3 credentials as a prefect-aws AwsCredentials block (secret fields)."""
+    from prefect_aws import AwsCredentials
+    from prefect_aws.client_parameters import AwsClientParameters
+
+    AwsCredentials(
+        aws_access_key_id=store.access_key, aws_secret_access_key=store.secret_key,
+        region_name=store.region,
+        aws_client_parameters=AwsClientParameters(endpoint_url=store.endpoint_url),
+    ).save(BLOCK_NAME, overwrite=True)
+    return BLOCK_NAME
+
+
+def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
+    """Create pools, block and limit on ``spec.api_url`` and deploy every deployment."""
+    cfg = load_config(spec.config)
+    os.environ["PREFECT_API_URL"] = spec.api_url
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        for pool in {spec.work_pool, spec.train_pool}:
+            _ensure_pool(client, pool)
+        _ensure_limit(client, f"train-{cfg.dataset.name}")
+    block = save_credentials_block(store)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
+    env.update(
+        PREFECT_API_URL=spec.api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        SHARDLINE_PROJECT_DIR=str(PROJECT_DIR),
+        SHARDLINE_CONFIG=str(Path(spec.config).resolve()),
+        SHARDLINE_DATASET=cfg.dataset.name, SHARDLINE_BUCKET=store.bucket,
+        SHARDLINE_INCOMING=cfg.dataset.incoming,
+        SHARDLINE_WORK_POOL=spec.work_pool, SHARDLINE_TRAIN_POOL=spec.train_pool,
+        SHARDLINE_NIGHTLY_CRON=spec.nightly_cron,
+        SHARDLINE_DEBOUNCE=f"PT{int(spec.debounce_seconds)}S",   # ISO 8601 duration
+        SHARDLINE_AWS_CREDENTIALS_BLOCK=block,
+    )
+    prefect = Path(sys.executable).parent / "prefect"
+    run = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all"], cwd=PROJECT_DIR,
+                         env=env, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise DeployError(f"`prefect deploy --all` failed (exit {run.returncode}):\n"
+                          f"{(run.stdout + run.stderr)[-3000:]}")
+    log.info("deployed %s to %s", ", ".join(DEPLOYMENTS), spec.api_url)
+    return list(DEPLOYMENTS)

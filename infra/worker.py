@@ -1,0 +1,60 @@
+"""The stack's Prefect process worker: it runs the deployed flows (ingest, train) as
+subprocesses on this machine, with the stack's endpoints in their environment.
+
+The worker gets no S3 keys: flow runs read them from the AwsCredentials block named in the
+deployments (see ``flows/settings.py``), as they would in production.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+from infra import procs, services
+from infra.stack_state import REGION, StackConfig
+
+POOL = "shardline-process"
+
+
+def worker_env(cfg: StackConfig) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+    env.update(
+        PREFECT_API_URL=f"http://127.0.0.1:{cfg.ports['prefect']}/api",
+        PREFECT_HOME=str(cfg.home / "worker"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        SHARDLINE_HOME=str(cfg.home),
+        SHARDLINE_S3_ENDPOINT_URL=f"http://127.0.0.1:{cfg.ports['s3']}",
+        SHARDLINE_BUCKET=cfg.bucket,
+        SHARDLINE_SPARK_REMOTE=f"sc://127.0.0.1:{cfg.ports['spark']}",
+        AWS_DEFAULT_REGION=REGION,
+        GX_ANALYTICS_ENABLED="false",
+    )
+    return env
+
+
+def _registered(api_url: str) -> bool:
+    """The worker has announced itself to the server (its first heartbeat)."""
+    req = urllib.request.Request(f"{api_url}/work_pools/{POOL}/workers/filter", data=b"{}",
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=2) as r:
+            return bool(json.loads(r.read()))
+    except (OSError, ValueError):
+        return False
+
+
+def launch_worker(cfg: StackConfig) -> services.Launch:
+    log = cfg.log_dir / "worker.log"
+    env = worker_env(cfg)
+    Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+    api = env["PREFECT_API_URL"]
+    cmd = [str(services.BIN / "prefect"), "worker", "start", "--pool", POOL, "--type",
+           "process", "--name", f"shardline-worker-{cfg.ports['prefect']}"]
+    proc = procs.start(cmd, log, env=env, cwd=Path(__file__).resolve().parent.parent)
+    svc = services.Service("worker", proc.pid, None, f"{api}/work_pools/{POOL}", str(log),
+                           None, "SIGINT", procs.start_ticks(proc.pid))
+    return services.Launch(svc, proc, lambda: _registered(api))
