@@ -57,6 +57,15 @@ def _run_name() -> str:
     return f"ingest-{Path(str(cfg)).stem}"
 
 
+def name_run(name: str) -> None:
+    """Rename this flow run once its outcome is known (dataset and version in the UI)."""
+    from prefect.client.orchestration import get_client
+
+    if flow_run.id:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(flow_run.id, name=name)
+
+
 def _run_id() -> str:
     rid = flow_run.id
     return (str(rid) if rid else uuid.uuid4().hex)[:12].replace("-", "")
@@ -77,6 +86,7 @@ def ingest(config: str) -> dict[str, Any]:
         update_progress_artifact(progress, 100.0)
         msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
         log.info(msg)
+        name_run(f"ingest-{cfg.name}-nothing-new")
         return IngestResult(cfg.name, None, message=msg).to_dict()
     update_progress_artifact(progress, 20.0)
     conv = convert_stage(cfg, store, spark, batch, run_id)
@@ -100,6 +110,7 @@ def ingest(config: str) -> dict[str, Any]:
                      "rows": pub.rows_published, "config": str(Path(config).resolve())},
         )
     update_progress_artifact(progress, 100.0)
+    name_run(f"ingest-{cfg.name}-v{pub.version}")
     return IngestResult(
         dataset=cfg.name, version=pub.version, created=pub.created, batch=batch.id,
         rows_published=pub.rows_published, rows_quarantined=pub.rows_quarantined,

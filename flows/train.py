@@ -149,7 +149,18 @@ def publish_artifacts(result: TrainResult) -> None:
         description=f"loss and accuracy of model {result.model_version}")
 
 
-@flow(name="train")
+def _run_name() -> str:
+    from pathlib import Path
+
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    version = params.get("version")
+    return f"train-{Path(str(params.get('config', 'dataset'))).stem}-" + \
+        (f"v{version}" if version is not None else "latest")
+
+
+@flow(name="train", flow_run_name=_run_name)
 def train(config: str, version: int | None = None) -> dict[str, Any]:
     """Train on dataset ``version`` (default: latest) and leave the run's artifacts."""
     result = train_model(config, version)
