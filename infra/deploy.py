@@ -9,6 +9,7 @@ Re-deploying updates the deployments in place (no duplicate automations).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -44,20 +45,16 @@ def _ensure_pool(client, name: str) -> None:  # type: ignore[no-untyped-def]
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists
 
-    try:
+    with contextlib.suppress(ObjectAlreadyExists):
         client.create_work_pool(WorkPoolCreate(name=name, type="process"))
-    except ObjectAlreadyExists:
-        pass
 
 
 def _ensure_limit(client, name: str) -> None:  # type: ignore[no-untyped-def]
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists, PrefectHTTPStatusError
 
-    try:
+    with contextlib.suppress(ObjectAlreadyExists, PrefectHTTPStatusError):  # exists (409)
         client.create_global_concurrency_limit(GlobalConcurrencyLimitCreate(name=name, limit=1))
-    except (ObjectAlreadyExists, PrefectHTTPStatusError):
-        pass   # exists already (409)
 
 
 def save_credentials_block(store: StoreSettings) -> str:

@@ -113,7 +113,8 @@ class DatasetConfig:
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
-            raise ConfigError(f"dataset.name must be a non-empty name without '/', got {self.name!r}")
+            raise ConfigError(
+                f"dataset.name must be a non-empty name without '/', got {self.name!r}")
         if not self.classes:
             raise ConfigError("dataset.classes must list at least one class name")
         if len(set(self.classes)) != len(self.classes):

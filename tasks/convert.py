@@ -42,7 +42,8 @@ class Converted:
     base_version: int | None          # the version whose ids were checked for duplicates
     data_shards: list[WrittenShard]
     quarantine_shards: list[WrittenShard]
-    rows: pa.Table                     # per input row: id, label, source_key, source_row, status, rule
+    # per input row: id, label, source_key, source_row, status, rule
+    rows: pa.Table
     timings: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -12,6 +12,7 @@ The core of it, :func:`new_sources`, is a pure function of (listing, claimed).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -143,9 +144,8 @@ def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: i
         "sources": [{"key": s.key, "etag": s.etag, "size": s.size, "format": s.format}
                     for s in batch.sources],
     }
-    try:
+    # ObjectExists: a racing publisher (or an earlier attempt) wrote the same record
+    with contextlib.suppress(ObjectExists):
         store.put_bytes(batch_claim_key(cfg.prefix, batch.id),
                         json.dumps(doc, indent=1).encode(), if_none_match=True,
                         content_type="application/json")
-    except ObjectExists:
-        pass  # a racing publisher (or an earlier attempt) wrote the same record

@@ -126,7 +126,9 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
             why = err or f"expected {width} fields ({','.join(header)}), got {len(fields)}"
             yield Problem(i, "truncated_file" if cut else "unparseable_record", why, raw)
             continue
-        get = lambda name: fields[col[name]] if name in col else None  # noqa: E731
+        def get(name: str, fields: list[str] = fields) -> str | None:
+            return fields[col[name]] if name in col else None
+
         yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw,
                      tail_cut=i == len(rows) - 1 and not ends_cleanly)
 
@@ -180,7 +182,7 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
         zstore = FsspecStore.from_url(url, storage_options=store.s3fs_options(), read_only=True)
         group = zarr.open_group(store=zstore, mode="r")
         images, labels = group["images"], group["labels"]
-        ids = group["ids"] if "ids" in group else None
+        ids = group.get("ids", None)
     except Exception as exc:  # zarr raises many types for a broken group; all mean the same
         raise Unreadable("unreadable_object",
                          f"not a readable Zarr group with 'images' and 'labels' arrays: "

@@ -12,7 +12,12 @@ from prefect.tasks import exponential_backoff
 
 from shardline.config import DatasetConfig, SparkSettings, StoreSettings
 from shardline.errors import (
-    ConfigError, ObjectChanged, ObjectExists, PublishConflict, StoreError, ValidationFailed,
+    ConfigError,
+    ObjectChanged,
+    ObjectExists,
+    PublishConflict,
+    StoreError,
+    ValidationFailed,
 )
 from shardline.manifest import Manifest, latest_manifest, list_versions, read_manifest
 from shardline.store import ObjectStore

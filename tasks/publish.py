@@ -26,11 +26,24 @@ import pyarrow.compute as pc
 from shardline.config import DatasetConfig, config_to_dict
 from shardline.errors import ObjectExists, PublishConflict, ShardlineError
 from shardline.manifest import (
-    BatchEntry, Manifest, ShardEntry, SourceEntry, code_version, commit_manifest,
-    latest_manifest, now_iso, read_manifest,
+    BatchEntry,
+    Manifest,
+    ShardEntry,
+    SourceEntry,
+    code_version,
+    commit_manifest,
+    latest_manifest,
+    now_iso,
+    read_manifest,
 )
 from shardline.schema import (
-    data_schema, describe, fingerprint, ids_key, quarantine_key, shard_key, staging_prefix,
+    data_schema,
+    describe,
+    fingerprint,
+    ids_key,
+    quarantine_key,
+    shard_key,
+    staging_prefix,
     version_key,
 )
 from shardline.store import ObjectStore
@@ -89,7 +102,8 @@ def _check_rebase(store: ObjectStore, conv: Converted, latest: Manifest | None) 
     must not share ids with this one."""
     if latest is None or latest.version == conv.base_version:
         return
-    newer = [b for b in latest.batches if conv.base_version is None or b.version > conv.base_version]
+    base = conv.base_version
+    newer = [b for b in latest.batches if base is None or b.version > base]
     since = load_published_ids(store, dataclasses.replace(latest, batches=newer))
     overlap = pc.is_in(conv.published_ids(), value_set=since)
     n = pc.sum(overlap).as_py() or 0

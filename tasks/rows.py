@@ -70,9 +70,9 @@ def label_index(value: Any, classes: tuple[str, ...], column: str) -> int:
             return classes.index(name)
         if name.isdigit() and int(name) < len(classes):
             return int(name)
-    elif isinstance(value, int | float | np.integer) and not isinstance(value, bool):
-        if float(value).is_integer() and 0 <= int(value) < len(classes):
-            return int(value)
+    elif (isinstance(value, int | float | np.integer) and not isinstance(value, bool)
+          and float(value).is_integer() and 0 <= int(value) < len(classes)):
+        return int(value)
     shown = classes if len(classes) <= 12 else (*classes[:12], "...")
     raise RowError("unknown_label",
                    f"label {value!r} is neither a class name {list(shown)} nor an index "

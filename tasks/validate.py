@@ -88,7 +88,6 @@ def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str
     """Run both suites in an ephemeral GX context; returns (success, per-expectation rows)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
-
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     ctx = gx.get_context(mode="ephemeral")

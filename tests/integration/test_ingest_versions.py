@@ -19,7 +19,10 @@ from tasks.detect import detect
 from tasks.sweep import sweep
 from tasks.validate import validate
 from tests.integration.ingest_helpers import (
-    assert_exactly_once, dataset_config, published_rows, run_pipeline,
+    assert_exactly_once,
+    dataset_config,
+    published_rows,
+    run_pipeline,
 )
 
 IN = "incoming/digits/"
