@@ -1,57 +1,141 @@
 """``shardline demo``: the whole story on the embedded stack, in one command.
 
-Starts the stack (if it is not up), uploads part 1 of the demo data (real digits images),
-ingests it, uploads part 2, ingests again, trains after each version when the trainer is
-installed, and prints the versions and the Prefect UI address. Running it again uploads the
-same bytes (same ETags), so it publishes nothing new and shows what is there.
+1. start the stack (S3, Prefect server + worker + deployments, Spark Connect, the SQS
+   consumer that turns bucket notifications into Prefect events), unless it is up;
+2. upload part 1 of the demo data and run the ingest flow directly (the CLI path); the
+   published event starts the ``train-on-publish`` deployment, which the demo waits for;
+3. upload part 2 and touch nothing else: S3 notification -> SQS -> ``s3.object.created``
+   -> ``ingest-on-upload`` -> version 2 -> ``shardline.dataset.published`` ->
+   ``train-on-publish`` (incremental, from model 1); the demo waits and reports each hop.
+Running it again uploads the same bytes (same ETags): nothing new is published.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import typer
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "digits.toml"
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def train_run(api: str, version: int) -> dict[str, Any] | None:
+    """The newest ``train`` flow run for dataset ``version``, if any."""
+    body = {"flows": {"name": {"any_": ["train"]}}, "sort": "EXPECTED_START_TIME_DESC",
+            "limit": 50}
+    runs = httpx.post(f"{api}/flow_runs/filter", json=body, timeout=10).json()
+    return next((r for r in runs if r["parameters"].get("version") == version), None)
+
+
+def wait_for(what: str, check: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(1.0)
+    raise TimeoutError(f"gave up waiting for {what} after {timeout_s:.0f}s; see the Prefect UI "
+                       "and $SHARDLINE_HOME/logs/worker.log")
+
+
+def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | None:
+    from trainer.registry import ModelRegistry
+
+    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.model)
+    for n in reversed(reg.numbers()):
+        try:
+            meta = reg.meta(n)
+        except Exception:  # a claimed number whose meta.json is not written yet
+            continue
+        if meta.get("dataset_version") == dataset_version:
+            return meta
+    return None
+
+
+def report_training(api: str, store: Any, cfg: Any, version: int, t0: float) -> None:
+    from shardline_cli.main import out
+
+    run = wait_for(f"the training run for version {version}", lambda: train_run(api, version),
+                   120)
+    started = time.monotonic() - t0
+    run = wait_for("training to finish", lambda: (r := train_run(api, version)) and
+                   r["state_type"] in TERMINAL and r, 600)
+    if run["state_type"] != "COMPLETED":
+        out.print(f"[red]training run {run['name']} ended {run['state_type']}[/]")
+        return
+    meta = model_for(store, cfg, version) or {}
+    after = (meta.get("metrics") or {}).get("after") or {}
+    before = (meta.get("metrics") or {}).get("before") or {}
+    gate = meta.get("gate") or {}
+    out.print(f"  train run [bold]{run['name']}[/] (started {started:.1f}s after the upload): "
+              f"model {meta.get('model_version')} from parent "
+              f"{meta.get('parent_model_version')}, held-out accuracy "
+              f"{_acc(before)} -> {_acc(after)}, "
+              f"{'promoted' if gate.get('passed') else 'not promoted'} ({gate.get('reason')})")
+
+
+def _acc(result: dict[str, Any]) -> str:
+    value = result.get("accuracy")
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(config: str = typer.Option(str(DEFAULT_CONFIG), "--config", "-c",
-                                        help="dataset TOML (default: the digits example)"),
-             train: bool = typer.Option(True, help="train after each version")) -> None:
+                                        help="dataset TOML (default: the digits example)")
+             ) -> None:
         """Run the end-to-end demo on the embedded stack."""
         from infra import demo_data, stack
+        from infra.deploy import DeploySpec, deploy
         from infra.stack_state import StackConfig
         from shardline.config import StoreSettings, load_config
+        from shardline.manifest import list_versions
         from shardline.store import ObjectStore
         from shardline_cli.main import err, out, print_ingest, run_ingest, use_stack_env
 
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-        with err.status("starting the embedded stack (S3, Prefect, Spark Connect)..."):
-            result = stack.up(StackConfig.resolve())
-        state = result.state
-        out.print(("stack already up" if result.already_running else "stack up") +
-                  f": S3 {state.s3_endpoint}, Prefect UI {state.prefect_ui_url}, "
-                  f"Spark {state.spark_remote}")
+        with err.status("starting the embedded stack (S3, Prefect + worker, Spark Connect)"):
+            state = stack.up(StackConfig.resolve()).state
         use_stack_env()
         cfg = load_config(config)
         store = ObjectStore(StoreSettings.from_env())
-        store.ensure_bucket()
-        can_train = train and importlib.util.find_spec("flows.train") is not None
-        for part in (1, 2):
-            up = demo_data.upload_demo_part(store, cfg.dataset.incoming, part)
-            out.print(f"[bold]upload {part}[/]: {up['objects']} object(s), {up['rows']} rows "
-                      f"under s3://{store.bucket}/{cfg.dataset.incoming}")
-            r = run_ingest(config)
-            if r["version"] is None:
-                out.print(f"[yellow]{r['message']}[/]")
-            else:
-                print_ingest(r)
-            if can_train and r.get("created"):
-                from shardline_cli.train_cmd import run_train_and_print
-                run_train_and_print(config, r["version"])
-        out.print(f"\n[bold]Prefect UI:[/] {state.prefect_ui_url}  (runs, artifacts: versions, "
-                  "validation, quarantine)\nstop the stack with: .venv/bin/shardline down")
+        with err.status("deploying the flows"):
+            deploy(DeploySpec(config=Path(config), api_url=state.prefect_api_url),
+                   store.settings)
+        out.print(f"stack up: S3 {state.s3_endpoint}, Prefect UI {state.prefect_ui_url}, "
+                  f"Spark {state.spark_remote}")
+        api = state.prefect_api_url
+
+        up = demo_data.upload_demo_part(store, cfg.dataset.incoming, 1)
+        out.print(f"[bold]upload 1[/]: {up['objects']} object, {up['rows']} rows -> "
+                  "ingest flow (direct run)")
+        t0 = time.monotonic()
+        r = run_ingest(config, quiet=True)
+        if r["version"] is None:
+            out.print(f"[yellow]{r['message']}[/]")
+        else:
+            print_ingest(r)
+            if r["created"]:
+                report_training(api, store, cfg, r["version"], t0)
+
+        before = list_versions(store, cfg.dataset.prefix)
+        up = demo_data.upload_demo_part(store, cfg.dataset.incoming, 2)
+        t0 = time.monotonic()
+        out.print(f"[bold]upload 2[/]: {up['objects']} objects, {up['rows']} rows -> S3 "
+                  "notification -> SQS -> event -> ingest-on-upload")
+        from tasks.detect import detect
+        if detect(store, cfg.dataset) is None:
+            out.print("[yellow]these uploads were ingested before: nothing new[/]")
+        else:
+            v = wait_for("version 2 to be published", lambda: [
+                x for x in list_versions(store, cfg.dataset.prefix) if x not in before], 300)[0]
+            out.print(f"  version {v} published {time.monotonic() - t0:.1f}s after the upload")
+            report_training(api, store, cfg, v, t0)
+        out.print(f"\n[bold]Prefect UI:[/] {state.prefect_ui_url}  (flow runs; artifacts "
+                  f"{cfg.dataset.name}-versions, -validation, -quarantine, -training, "
+                  "-training-curve)\nstop the stack with: .venv/bin/shardline down")
