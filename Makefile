@@ -25,8 +25,18 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/shardline demo
 
-test: setup
+test: setup browser-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Debian's chromium + chromium-driver for the Prefect UI check (skipped where they are missing).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing chromium + chromium-driver (apt)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "chromium/chromium-driver missing and no root apt: browser tests will skip"; fi; \
+	fi
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit

@@ -1,0 +1,211 @@
+"""The proof: on the embedded stack, an upload made with boto3 becomes a trained model with
+nobody calling a flow. upload -> S3 notification -> SQS -> consumer -> s3.object.created ->
+ingest-on-upload -> version -> shardline.dataset.published -> train-on-publish -> model.
+
+Everything is real: moto (S3 + SQS) over HTTP, a Prefect server with a process worker and
+deployments from prefect.yaml, Spark Connect, great-expectations, torch. Latencies are
+printed (not asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from infra import demo_data, procs, stack
+from infra.deploy import DeploySpec, deploy
+from infra.stack_state import StackConfig, stack_env
+from shardline.config import StoreSettings, load_config
+from shardline.manifest import list_versions, read_manifest
+from shardline.store import ObjectStore
+from trainer.registry import ModelRegistry
+
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("stack")
+    cfg_path = home / "e2e.toml"
+    cfg_path.write_text(Path("examples/digits.toml").read_text()
+                        .replace('name = "digits"', 'name = "e2e"')
+                        .replace('incoming = "incoming/digits/"', 'incoming = "incoming/e2e/"')
+                        .replace("epochs = 8", "epochs = 2"))
+    ports = {"s3": procs.free_port(), "prefect": procs.free_port(), "spark": procs.free_port()}
+    cfg = StackConfig.resolve(home=home, ports=ports, bucket="e2e-bucket")
+    try:
+        state = stack.up(cfg).state
+        env = stack_env(state)
+        store = ObjectStore(StoreSettings.from_env(env))
+        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url, debounce_seconds=3),
+               store.settings)
+        yield {"state": state, "env": env, "store": store, "config": cfg_path,
+               "cfg": load_config(cfg_path), "api": state.prefect_api_url, "home": home}
+    finally:
+        stack.down(home, discard=True)
+
+
+def runs(api: str, flow: str) -> list[dict[str, Any]]:
+    body = {"flows": {"name": {"any_": [flow]}}, "sort": "EXPECTED_START_TIME_ASC",
+            "limit": 200}
+    return httpx.post(f"{api}/flow_runs/filter", json=body, timeout=10).json()
+
+
+def in_flight(api: str, flow: str) -> list[dict[str, Any]]:
+    """Runs not finished yet, ignoring the nightly schedule's runs hours ahead."""
+    soon = datetime.now(UTC) + timedelta(minutes=10)
+    return [r for r in runs(api, flow) if r["state_type"] not in TERMINAL and
+            datetime.fromisoformat(r["expected_start_time"]) < soon]
+
+
+def wait(what: str, fn: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def finished(api: str, flow: str, pred: Any) -> list[dict[str, Any]]:
+    return [r for r in runs(api, flow) if r["state_type"] in TERMINAL and pred(r)]
+
+
+def test_upload_event_ingest_publish_event_train(embedded: dict[str, Any]) -> None:
+    store, api, cfg = embedded["store"], embedded["api"], embedded["cfg"]
+    prefix = cfg.dataset.prefix
+    t0 = time.monotonic()
+    store.put_bytes(f"{cfg.dataset.incoming}part-1/digits.jsonl",
+                    demo_data.jsonl_bytes(demo_data.digits(0, 600)))
+    wait("version 1", lambda: list_versions(store, prefix) == [1], 240)
+    t_version = time.monotonic() - t0
+    train = wait("a finished train run",
+                 lambda: finished(api, "train", lambda r: r["parameters"].get("version") == 1),
+                 300)[0]
+    t_train = time.monotonic() - t0
+    ingest = finished(api, "ingest", lambda r: True)
+    assert [r["state_type"] for r in ingest] == ["COMPLETED"]
+    assert ingest[0]["name"] == "ingest-e2e-v1"
+    assert ingest[0]["parameters"]["config"] == str(embedded["config"].resolve())
+    assert train["state_type"] == "COMPLETED", train
+    # parameters carried from the published event
+    assert train["parameters"] == {"config": str(embedded["config"].resolve()), "version": 1}
+    assert train["name"] == "train-e2e-v1"
+    registry = ModelRegistry(store, "e2e", cfg.train.model)
+    promoted = registry.promoted()
+    assert promoted is not None and promoted.version == 1
+    assert registry.meta(1)["dataset_version"] == 1
+    m = read_manifest(store, prefix, 1)
+    assert m.rows == 600 and m.sources[0].key.endswith("part-1/digits.jsonl")
+    started = httpx.get(f"{api}/flow_runs/{train['id']}", timeout=10).json()["start_time"]
+    print(f"\nlatency: upload -> version {t_version:.1f}s; upload -> train finished "
+          f"{t_train:.1f}s (train started at {started})")
+
+
+def test_the_same_upload_notified_twice_makes_one_version(embedded: dict[str, Any]) -> None:
+    store, api, cfg = embedded["store"], embedded["api"], embedded["cfg"]
+    key = f"{cfg.dataset.incoming}part-1/digits.jsonl"
+    before = len(finished(api, "ingest", lambda r: True))
+    body = demo_data.jsonl_bytes(demo_data.digits(0, 600))
+    store.put_bytes(key, body)      # same bytes again: a second notification, same ETag
+    store.put_bytes(key, body)
+    wait("the re-notified ingest runs", lambda: len(finished(api, "ingest", lambda r: True))
+         > before, 120)
+    time.sleep(5)   # a debounced run may still be scheduled a few seconds ahead
+    wait("no ingest run in flight", lambda: not in_flight(api, "ingest"), 120)
+    assert list_versions(store, cfg.dataset.prefix) == [1]
+    latest = finished(api, "ingest", lambda r: True)[-1]
+    assert latest["state_type"] == "COMPLETED" and latest["name"] == "ingest-e2e-nothing-new"
+
+
+def test_the_nightly_deployment_picks_up_what_events_missed(embedded: dict[str, Any]) -> None:
+    store, api, cfg = embedded["store"], embedded["api"], embedded["cfg"]
+    client = store.client
+    saved = client.get_bucket_notification_configuration(Bucket=store.bucket)
+    saved.pop("ResponseMetadata", None)
+    client.put_bucket_notification_configuration(Bucket=store.bucket,
+                                                 NotificationConfiguration={})
+    try:
+        store.put_bytes(f"{cfg.dataset.incoming}part-2/digits.csv",
+                        demo_data.csv_bytes(demo_data.digits(600, 900)))
+        time.sleep(3)
+        assert list_versions(store, cfg.dataset.prefix) == [1]   # no event, no ingest
+    finally:
+        client.put_bucket_notification_configuration(Bucket=store.bucket,
+                                                     NotificationConfiguration=saved)
+    env = {**os.environ, **embedded["env"], "PREFECT_API_URL": api}
+    run = subprocess.run([str(Path(sys.executable).parent / "prefect"), "deployment", "run",
+                          "ingest/ingest-nightly"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    wait("version 2", lambda: list_versions(store, cfg.dataset.prefix) == [1, 2], 240)
+    m2 = read_manifest(store, cfg.dataset.prefix, 2)
+    assert m2.new_rows == 300 and m2.parent == 1
+    train2 = wait("train run for v2", lambda: finished(
+        api, "train", lambda r: r["parameters"].get("version") == 2), 300)[0]
+    assert train2["state_type"] == "COMPLETED"
+    meta = ModelRegistry(store, "e2e", cfg.train.model).meta(2)
+    assert meta["parent_model_version"] == 1 and meta["dataset_version"] == 2
+    print("\nnightly run:", json.dumps({"version": 2, "model": meta["model_version"],
+                                         "gate": meta["gate"]}))
+
+
+def _browser() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--window-size=1400,1000"):
+        opts.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def _page_text(driver: Any, url: str, expect: list[str], timeout_s: float = 60) -> str:
+    from selenium.webdriver.common.by import By
+
+    driver.get(url)
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = driver.find_element(By.TAG_NAME, "body").text
+        if all(e in text for e in expect):
+            break
+        time.sleep(1)
+    return text
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not (Path("/usr/bin/chromium").exists() and
+                         Path("/usr/bin/chromedriver").exists()),
+                    reason="needs Debian chromium + chromium-driver (make test installs them)")
+def test_the_prefect_ui_shows_the_runs_and_artifacts(embedded: dict[str, Any]) -> None:
+    """A person opening the UI sees the story: named runs and the dataset's artifacts."""
+    ui = embedded["state"].prefect_ui_url
+    out = Path("tests/output")
+    out.mkdir(parents=True, exist_ok=True)
+    driver = _browser()
+    try:
+        runs_text = _page_text(driver, f"{ui}/runs", ["ingest-e2e-v1", "train-e2e-v1"])
+        driver.save_screenshot(str(out / "prefect-ui-runs.png"))
+        assert "ingest-e2e-v1" in runs_text and "train-e2e-v1" in runs_text
+        keys = ["e2e-versions", "e2e-validation", "e2e-training", "e2e-training-curve"]
+        arts_text = _page_text(driver, f"{ui}/artifacts", keys)
+        driver.save_screenshot(str(out / "prefect-ui-artifacts.png"))
+        for key in keys:
+            assert key in arts_text, key
+    finally:
+        driver.quit()
