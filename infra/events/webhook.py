@@ -1,0 +1,223 @@
+"""An HTTP receiver for MinIO-style bucket notifications (``notify_webhook`` targets).
+
+MinIO POSTs one notification per request (``Records`` as in S3, plus ``EventName`` and
+``Key``) with ``Authorization: Bearer <auth_token>``. Every request is checked before its
+events exist, in this order, and a rejected request never emits anything:
+
+- ``Authorization`` missing or not Bearer -> 401; wrong token -> 403 (constant-time compare)
+- no ``Content-Length`` -> 411; larger than ``max_bytes`` -> 413
+- body not JSON -> 400; JSON but not a bucket notification -> 400
+
+A valid request answers 200 with the accepted event ids once the Prefect events API took
+them, or 502 when it did not, so MinIO keeps the notification and sends it again (its
+``queue_dir`` makes that durable). ``HEAD`` and ``GET /health`` answer 200 without a token
+(MinIO checks the target is reachable) and reveal nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from infra.events.model import EventPostError, EventSink
+from infra.events.notifications import NotificationError, parse_notification
+from infra.events.stopping import Stopper
+from shardline.errors import ShardlineError
+
+log = logging.getLogger(__name__)
+MIN_TOKEN_CHARS = 16
+_DRAIN_LIMIT = 1 << 20  # bytes read (and dropped) from a too-large body so the 413 arrives
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Where to listen, the shared secret, and the largest body accepted."""
+
+    token: str = field(repr=False)
+    host: str = "127.0.0.1"
+    port: int = 9320
+    max_bytes: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        if len(self.token) < MIN_TOKEN_CHARS:
+            raise ShardlineError(
+                f"the webhook token must have at least {MIN_TOKEN_CHARS} characters, got "
+                f"{len(self.token)}; generate one with `python -c \"import secrets; "
+                "print(secrets.token_urlsafe(32))\"`")
+
+
+@dataclass
+class WebhookStats:
+    requests: int = 0
+    rejected: dict[int, int] = field(default_factory=dict)
+    events: int = 0
+    event_ids: list[str] = field(default_factory=list)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = 15  # seconds a client may stall mid-request
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        # One request per connection: stopping then waits only for requests in flight.
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 401:
+            self.send_header("WWW-Authenticate", 'Bearer realm="shardline"')
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+        if status >= 400:
+            self.server.count_rejected(status)
+            log.warning("rejected %s %s from %s: %d %s", self.command, self.path,
+                        self.client_address[0], status, body.get("error"))
+
+    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.close_connection = True
+        self.end_headers()
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.rstrip("/") == "/health":
+            self._answer(200, {"ok": True})
+        else:
+            self._answer(404, {"error": "not found; POST bucket notifications here"})
+
+    def _authorized(self) -> bool:
+        header = self.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            self._answer(401, {"error": "missing bearer token: send Authorization: Bearer "
+                                        "<token>"})
+            return False
+        if not hmac.compare_digest(token.strip().encode(), self.server.token):
+            self._answer(403, {"error": "wrong token"})
+            return False
+        return True
+
+    def _body(self) -> bytes | None:
+        raw = self.headers.get("Content-Length")
+        if raw is None or not raw.strip().isdigit():
+            self._answer(411, {"error": "a Content-Length header is required"})
+            return None
+        length = int(raw)
+        if length > self.server.settings.max_bytes:
+            self.rfile.read(min(length, _DRAIN_LIMIT))
+            self._answer(413, {"error": f"body of {length} bytes is larger than the "
+                                        f"{self.server.settings.max_bytes} allowed"})
+            return None
+        return self.rfile.read(length)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.server.count_request()
+        if not self._authorized():
+            return
+        body = self._body()
+        if body is None:
+            return
+        try:
+            events = parse_notification(json.loads(body), f"webhook POST {self.path}")
+        except ValueError as exc:
+            self._answer(400, {"error": f"body is not JSON: {exc}"})
+            return
+        except NotificationError as exc:
+            self._answer(400, {"error": str(exc)})
+            return
+        try:
+            self.server.sink.post(events)
+        except EventPostError as exc:
+            self._answer(502, {"error": f"not accepted by the events API, send again: {exc}"})
+            return
+        ids = [str(e.event_id) for e in events]
+        self.server.count_events(ids)
+        self._answer(200, {"accepted": len(ids), "ids": ids})
+
+
+class _Server(ThreadingHTTPServer):
+    # Non-daemon handler threads: server_close() waits for requests in flight, so an event
+    # the API accepted is also answered 200 (or, if cut off, sent again by the client).
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, settings: WebhookSettings, sink: EventSink, stopper: Stopper,
+                 max_events: int | None) -> None:
+        super().__init__((settings.host, settings.port), _Handler)
+        self.settings, self.sink, self.stopper = settings, sink, stopper
+        self.token = settings.token.encode()
+        self.max_events = max_events
+        self.stats = WebhookStats()
+        self._lock = threading.Lock()
+
+    def count_request(self) -> None:
+        with self._lock:
+            self.stats.requests += 1
+
+    def count_rejected(self, status: int) -> None:
+        with self._lock:
+            self.stats.rejected[status] = self.stats.rejected.get(status, 0) + 1
+
+    def count_events(self, ids: list[str]) -> None:
+        with self._lock:
+            self.stats.events += len(ids)
+            self.stats.event_ids.extend(ids)
+            if self.max_events is not None and self.stats.events >= self.max_events:
+                self.stopper.stop()
+
+
+class WebhookReceiver:
+    """The receiver; :meth:`serve` blocks until stopped (signal, ``max_events``, ``stop``).
+
+    The port is bound on construction (``port=0`` picks a free one: see :attr:`port`).
+
+    Raises:
+        ShardlineError: the address cannot be bound.
+    """
+
+    def __init__(self, settings: WebhookSettings, sink: EventSink, *,
+                 stopper: Stopper | None = None, max_events: int | None = None) -> None:
+        self.stopper = stopper or Stopper()
+        try:
+            self._server = _Server(settings, sink, self.stopper, max_events)
+        except OSError as exc:
+            raise ShardlineError(f"cannot listen on {settings.host}:{settings.port} ({exc}); "
+                                 "choose another --port or stop what listens there") from exc
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def stats(self) -> WebhookStats:
+        return self._server.stats
+
+    def serve(self) -> WebhookStats:
+        """Serve requests until stopped, then close the socket."""
+        thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                                  name="webhook", daemon=True)
+        thread.start()
+        log.info("receiving bucket notifications on http://%s:%d/", *self._server.server_address)
+        try:
+            while not self.stopper.event.wait(0.5):
+                pass
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+            thread.join(5)
+        return self.stats
+
+    def stop(self) -> None:
+        self.stopper.stop()
