@@ -18,7 +18,6 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from flows.settings import store_settings
 from shardline.config import SparkSettings, load_config
 from tasks.artifacts import artifact_key, publish_ingest_artifacts
 from tasks.prefect_tasks import (
@@ -29,6 +28,7 @@ from tasks.prefect_tasks import (
     sweep_stage,
     validate_stage,
 )
+from tasks.settings import store_settings
 from tasks.validate import require_success
 
 PUBLISHED_EVENT = "shardline.dataset.published"

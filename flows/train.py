@@ -1,158 +1,19 @@
-"""The ``train`` flow: one training run (``trainer.run.train``) plus what a person looks at
-in the Prefect UI afterwards.
-
-Artifacts, keyed per dataset so each key's history is that dataset's runs:
-  ``<dataset>-training``        table: dataset version, new/replay samples, epochs, loader
-                                samples/s, data-wait share, accuracy before/after (overall
-                                and on earlier data), promotion decision and why
-  ``<dataset>-training-curve``  markdown: loss and accuracy per step/epoch as a PNG (inline
-                                data: URI, rendered by the UI) plus the same numbers as text
-"""
+"""The ``train`` flow: one training run (``trainer.run.train``) and its artifacts
+(``tasks/training.py``). Wiring only."""
 
 from __future__ import annotations
 
-import base64
-import io
-import logging
-import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.concurrency.sync import concurrency
-from prefect.logging.handlers import APILogHandler
+from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 
-from flows.settings import store_settings
-from shardline.config import load_config
-from shardline.store import ObjectStore
-from trainer.run import TrainResult
-from trainer.run import train as run_training
-
-
-def artifact_key(dataset: str, suffix: str) -> str:
-    """Prefect keys allow lowercase letters, digits and dashes only."""
-    slug = re.sub(r"[^a-z0-9-]+", "-", dataset.lower()).strip("-") or "dataset"
-    return f"{slug}-{suffix}"
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100.0 * x:.2f} %"
-
-
-def run_table(r: TrainResult) -> list[dict[str, str]]:
-    earlier_before = (r.eval_before or {}).get("earlier_accuracy")
-    rows = [
-        ("dataset version", f"v{r.dataset_version}"),
-        ("model version", f"{r.model_version} (parent {r.parent_model_version or 'none'})"),
-        ("start", r.start),
-        ("new samples / epoch", f"{r.new_samples:,}"),
-        ("replay samples / epoch", f"{r.replay_samples:,}"),
-        ("epochs", str(r.epochs)),
-        ("samples seen", f"{r.samples_seen:,}"),
-        ("loader samples/s", f"{r.loader_samples_per_s:,.0f}"),
-        ("training samples/s", f"{r.train_samples_per_s:,.0f}"),
-        ("data-wait share of step time", _pct(r.data_wait_share)),
-        ("held-out accuracy before (promoted model)", _pct(r.accuracy_before)),
-        ("held-out accuracy after (candidate)", _pct(r.eval_accuracy)),
-        ("earlier versions' data: before -> after",
-         f"{_pct(earlier_before)} -> {_pct(r.eval.get('earlier_accuracy'))}"),
-        ("promoted", "yes" if r.promoted else "no"),
-        ("decision", r.decision),
-        ("checkpoint", r.checkpoint),
-    ]
-    return [{"metric": k, "value": v} for k, v in rows]
-
-
-def curve_png(r: TrainResult) -> bytes:
-    """Loss and accuracy per logged step (and held-out accuracy per epoch) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=90)
-    steps = [p["step"] for p in r.curve_steps]
-    ax_loss.plot(steps, [p["loss"] for p in r.curve_steps], marker=".", label="train loss")
-    ax_loss.set(xlabel="step", ylabel="loss", title="training loss")
-    ax_acc.plot(steps, [p["train_accuracy"] for p in r.curve_steps], marker=".",
-                label="train (interval)")
-    held = [(e["step"], e["holdout_accuracy"]) for e in r.curve_epochs
-            if e.get("holdout_accuracy") is not None]
-    if held:
-        ax_acc.plot(*zip(*held, strict=True), marker="o", label="held-out (epoch end)")
-    if r.accuracy_before is not None:
-        ax_acc.axhline(r.accuracy_before, color="grey", linestyle="--", label="promoted before")
-    ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=(0, 1))
-    for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def curve_markdown(r: TrainResult) -> str:
-    png = base64.b64encode(curve_png(r)).decode()
-    lines = [
-        f"## Training curve: {r.dataset} v{r.dataset_version} -> model {r.model_version}",
-        "",
-        f"![training curve](data:image/png;base64,{png})",
-        "",
-        "| epoch | step | train loss | train acc | held-out acc | earlier-data acc |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for e in r.curve_epochs:
-        lines.append(f"| {e['epoch']} | {e['step']} | {e['loss']:.4f} | "
-                     f"{_pct(e['train_accuracy'])} | {_pct(e.get('holdout_accuracy'))} | "
-                     f"{_pct(e.get('earlier_accuracy'))} |")
-    lines += ["", f"**{'Promoted' if r.promoted else 'Not promoted'}**: {r.decision}"]
-    return "\n".join(lines)
-
-
-@contextmanager
-def trainer_logs_to_prefect() -> Iterator[None]:
-    """Send the trainer's progress lines (plain ``logging``) to this flow run's log."""
-    handler = APILogHandler()
-    logger = logging.getLogger("trainer")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
-@task(name="train-model")
-def train_model(config: str, version: int | None) -> TrainResult:
-    cfg = load_config(config)
-    store = ObjectStore(store_settings())
-    # One training run per dataset at a time, however it was started (the limit is created
-    # by `shardline deploy`; without it, this is a no-op).
-    with concurrency(f"train-{cfg.dataset.name}", occupy=1), trainer_logs_to_prefect():
-        return run_training(cfg, store, version)
-
-
-@task(name="training-artifacts")
-def publish_artifacts(result: TrainResult) -> None:
-    create_table_artifact(
-        table=run_table(result), key=artifact_key(result.dataset, "training"),
-        description=f"{result.dataset} v{result.dataset_version}: model {result.model_version}, "
-                    f"{'promoted' if result.promoted else 'not promoted'}")
-    create_markdown_artifact(
-        markdown=curve_markdown(result), key=artifact_key(result.dataset, "training-curve"),
-        description=f"loss and accuracy of model {result.model_version}")
+from tasks.training import publish_artifacts, train_model
 
 
 def _run_name() -> str:
-    from pathlib import Path
 
-    from prefect.runtime import flow_run
 
     params = flow_run.parameters
     version = params.get("version")

@@ -2,7 +2,7 @@
 subprocesses on this machine, with the stack's endpoints in their environment.
 
 The worker gets no S3 keys: flow runs read them from the AwsCredentials block named in the
-deployments (see ``flows/settings.py``), as they would in production.
+deployments (see ``tasks/settings.py``), as they would in production.
 """
 
 from __future__ import annotations
