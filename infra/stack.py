@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from infra import procs, services, snapshot, worker
+from infra.events import service as events_service
 from infra.stack_state import (
     ACCESS_KEY,
     REGION,
@@ -69,6 +70,9 @@ class ServiceSpec:
     port_key: str | None = None  # its entry in StackConfig.ports, if it listens
     timeout_s: float = 120.0
     after: tuple[str, ...] = ()
+    # Runs once the snapshot is restored (e.g. bucket notifications, which must not fire
+    # for restored objects and which the snapshot does not keep).
+    configure: Callable[[StackConfig, StackState], None] | None = None
 
 
 SERVICES: tuple[ServiceSpec, ...] = (
@@ -79,6 +83,8 @@ SERVICES: tuple[ServiceSpec, ...] = (
         c.ports["spark"], c.log_dir, c.spark_master, c.home / "spark"), "spark"),
     ServiceSpec("worker", lambda c: worker.launch_worker(c), None, 90.0,
                 after=("s3", "prefect", "spark")),
+    ServiceSpec(events_service.NAME, events_service.launch, None, 30.0,
+                after=("s3", "prefect"), configure=events_service.configure),
 )
 
 
@@ -218,6 +224,9 @@ def up(cfg: StackConfig) -> UpResult:
         try:
             state.save()
             restored = _restore(cfg, state)
+            for spec in SERVICES:
+                if spec.configure is not None:
+                    spec.configure(cfg, state)
             state.phase = "up"
             state.restored = None if restored is None else {
                 "objects": restored.objects, "bytes": restored.bytes,

@@ -127,6 +127,7 @@ def watch(sqs: str | None = SqsOpt, webhook: bool = WebhookOpt, poll: float | No
     _prepare()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     try:
         with _sink(api_url) as sink, Stopper().installed() as stopper:
             if sqs:

@@ -186,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     api_url = os.environ.get("PREFECT_API_URL")
     if not api_url:
         log.error("PREFECT_API_URL is not set; export it (e.g. http://127.0.0.1:4200/api)")
