@@ -41,9 +41,12 @@ CURSOR_FORMAT = 1
 class Listed(Protocol):
     """What a listing entry needs (``shardline.store.ObjectInfo`` fits)."""
 
-    key: str
-    etag: str
-    size: int
+    @property
+    def key(self) -> str: ...
+    @property
+    def etag(self) -> str: ...
+    @property
+    def size(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -236,3 +236,38 @@ def test_poller_emits_each_object_once_and_its_cursor_survives_a_restart(
     assert loaded is not None and dict(loaded.seen) == {"incoming/a.json": a2.etag,
                                                         "incoming/b.json": b.etag}
     assert_stored(api_url, [a, b, a2])
+
+
+def _start_watch(args: list[str], env: dict[str, str], ready: str) -> subprocess.Popen[str]:
+    """``shardline watch ARGS`` in a child process, returned once its log says ``ready``."""
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "shardline"), "watch", *args,
+                             "--json"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if ready in line:
+            return proc
+    raise AssertionError(f"`watch {' '.join(args)}` exited before '{ready}': {''.join(seen)}")
+
+
+def test_watch_commands_stop_cleanly_on_sigint_and_sigterm(
+        s3_server: services.Service, store: ObjectStore, api_url: str, tmp_path: Path) -> None:
+    import json
+    import signal
+
+    url = notify_queue(s3_server, store.bucket)
+    env = {**os.environ, "PREFECT_API_URL": api_url, "SHARDLINE_WEBHOOK_TOKEN": TOKEN,
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "SHARDLINE_HOME": str(tmp_path)}
+    consumer = _start_watch(["--sqs", url], env, "consuming")  # long polls of 20 s
+    webhook = _start_watch(["--webhook", "--port", "0"], env, "receiving bucket notifications")
+    t0 = time.monotonic()
+    consumer.send_signal(signal.SIGINT)
+    webhook.send_signal(signal.SIGTERM)
+    for proc, source in ((consumer, "sqs"), (webhook, "webhook")):
+        out, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err
+        assert json.loads(out)["source"] == source
+    assert time.monotonic() - t0 < 5  # the long poll was cut short, not waited out
