@@ -1,11 +1,12 @@
 """Assembling loaders: the training pipeline (torchdata.nodes) and the evaluation pass.
 
-Training: ``ShardStream -> Prefetcher -> Loader``. The stream gathers batches on the
-prefetcher's thread (numpy copies release the GIL), so batch assembly and shard fetching
-overlap the training step; ``Loader.state_dict()`` is the consumer-side position (the
-prefetcher snapshots the stream's state per batch), which is what checkpoints store.
-Pinning happens in the stream itself (the batch buffer is allocated pinned), which saves
-the extra copy a separate PinMemory node would make.
+Training: ``ShardStream -> ThreadPrefetcher -> Loader`` when feeding CUDA, ``ShardStream ->
+Loader`` on CPU (see ``make_train_loader``). With the thread, the stream gathers batches
+on it (numpy copies release the GIL), so batch assembly and shard fetching overlap the
+training step; ``Loader.state_dict()`` is the consumer-side position (the prefetcher
+snapshots the stream's state per batch), which is what checkpoints store. Pinning happens
+in the stream itself (the batch buffer is allocated pinned), which saves the extra copy a
+separate PinMemory node would make.
 
 Evaluation reads the held-out rows of every shard of the version in manifest order, in
 batches, each rank a strided share; no shuffle, no state.
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torchdata.nodes import Loader, Prefetcher
+from torchdata.nodes import Loader
 
 from trainer.plan import TrainPlan
+from trainer.prefetch import ThreadPrefetcher
 from trainer.reader import BufferPool, ShardReader, as_nchw, build_picks, gather_into
 from trainer.shard import OpenShard
 from trainer.stream import Batch, ShardStream
@@ -31,7 +33,8 @@ class LoaderSpec:
     """Loader knobs that [train] does not carry (yet); defaults suit both 8x8 and 224x224."""
 
     window_min_shards: int = 8
-    prefetch_batches: int = 4          # 0: no prefetch thread
+    prefetch_batches: int | None = None  # None: 4 when feeding CUDA, else 0 (no thread)
+    keep_open_mb: float = 1024.0       # pixel data of shards kept open across windows
     lookahead_mb: float = 512.0
     eval_batch_size: int = 512
 
@@ -39,14 +42,17 @@ class LoaderSpec:
 def make_train_loader(stream: ShardStream, spec: LoaderSpec) -> Loader[Batch]:
     """The training loader over ``stream`` (one iteration covers every epoch).
 
-    ``spec.prefetch_batches == 0`` gathers on the training thread instead: measured here
-    with a consumer that does no work, the thread hand-off costs 10-40 % at ~1M small
-    samples/s (GIL ping-pong), while with real steps (which release the GIL) the thread
-    hides window builds and LZ4 decompression."""
-    if spec.prefetch_batches == 0:
+    With a prefetch thread the numpy copies (which release the GIL) overlap the training
+    step; that is what a CUDA step needs. ``prefetch_batches=None`` picks the thread only
+    when the stream feeds CUDA (pinned buffers): measured on 2 CPU cores (bench/loader.py),
+    a CPU training step left the loader at <1 % of the time with or without the thread,
+    while the thread hand-off cost 25-35 % of the loader's raw throughput."""
+    depth = spec.prefetch_batches
+    if depth is None:
+        depth = 4 if stream.pin_memory else 0
+    if depth == 0:
         return Loader(stream, restart_on_stop_iteration=False)
-    return Loader(Prefetcher(stream, prefetch_factor=spec.prefetch_batches),
-                  restart_on_stop_iteration=False)
+    return Loader(ThreadPrefetcher(stream, depth), restart_on_stop_iteration=False)
 
 
 def eval_batches(plan: TrainPlan, reader: ShardReader, pool: BufferPool, *, rank: int = 0,

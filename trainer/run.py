@@ -119,7 +119,8 @@ class _Run:
                                          t.holdout_fraction, t.seed)
         cache = ShardCache(t.cache_dir, int(t.cache_max_gb * 2**30), store)
         self.fetcher = ShardFetcher(cache, t.fetch_threads)
-        self.reader = ShardReader(self.fetcher, cfg.dataset)
+        self.reader = ShardReader(self.fetcher, cfg.dataset,
+                                  keep_open_bytes=int(options.loader.keep_open_mb * 2**20))
         self.lookahead = int(options.loader.lookahead_mb * 2**20)
         self.run_key = _run_key(cfg, self.manifest.version, self.start, info.world)
         self.eval_pool = BufferPool(options.loader.eval_batch_size, cfg.dataset.image.nbytes,

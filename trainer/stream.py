@@ -150,8 +150,7 @@ class ShardStream(BaseNode[Batch]):
         picks = build_picks(items)
         pos = rank_positions(window_permutation(len(picks), self.seed, self._epoch, w),
                              self.rank, self.world)
-        return Picks(picks.segments, picks.seg[pos], picks.row[pos], picks.label[pos],
-                     picks.key[pos])
+        return picks.select(pos)
 
     def stats(self) -> dict[str, float]:
         """Samples produced and the seconds spent producing them (fetch waits included)."""
