@@ -85,9 +85,13 @@ def test_services_start_in_waves_after_what_they_need() -> None:
     def launch(_: StackConfig) -> None:
         raise AssertionError("not started here")
 
-    worker = stack.ServiceSpec("worker", launch, after=("prefect",))  # type: ignore[arg-type]
-    waves = stack._waves((*stack.SERVICES, worker))
-    assert [[s.name for s in w] for w in waves] == [["s3", "prefect", "spark"], ["worker"]]
+    base = tuple(s for s in stack.SERVICES if not s.after)
+    extra = stack.ServiceSpec("extra", launch, after=("prefect",))  # type: ignore[arg-type]
+    waves = stack._waves((*base, extra))
+    assert [[s.name for s in w] for w in waves] == [["s3", "prefect", "spark"], ["extra"]]
+    # The stack's own: the worker and the S3-events consumer start once the servers answer.
+    assert [[s.name for s in w] for w in stack._waves(stack.SERVICES)] == [
+        ["s3", "prefect", "spark"], ["worker", "events"]]
     loop = stack.ServiceSpec("a", launch, after=("b",))  # type: ignore[arg-type]
     with pytest.raises(StackError, match=r"\['a'\] wait for each other or for unknown"):
         stack._waves((loop,))
