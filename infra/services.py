@@ -154,6 +154,10 @@ def prefect_env(port: int, prefect_home: Path) -> dict[str, str]:
         PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{prefect_home}/prefect.db",
         PREFECT_UI_STATIC_DIRECTORY=str(prefect_home / "ui"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        # SQLite allows one writer: under bursts (hundreds of upload events while flow runs
+        # write logs) requests wait for the lock instead of failing after 5-10 s.
+        PREFECT_SERVER_DATABASE_TIMEOUT="60",
+        PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="60",
         DO_NOT_TRACK="1",
     )
     return env

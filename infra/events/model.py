@@ -103,7 +103,7 @@ class EventSink:
     """
 
     def __init__(self, api_url: str, *, api_key: str | None = None, attempts: int = 4,
-                 backoff_s: float = 0.5, timeout_s: float = 10.0, batch_size: int = 200) -> None:
+                 backoff_s: float = 0.5, timeout_s: float = 60.0, batch_size: int = 200) -> None:
         if not api_url.startswith(("http://", "https://")):
             raise ShardlineError(f"Prefect API URL must start with http:// or https://, got "
                                  f"{api_url!r}; set PREFECT_API_URL (e.g. "
