@@ -1,24 +1,16 @@
 """Opening planned shards from a source, with each shard's index computed once per run,
-and the batch gather every consumer (training stream, evaluation) shares.
-
-The gather is the hot path. A batch is a list of (segment, row) picks; they are sorted by
-(segment, row) — the order of samples *within* a batch does not matter to a mean loss, and
-sorted rows read the map front to back — and each run of picks from one segment is copied
-with a single ``ndarray.take(..., out=...)`` straight into the batch buffer (pinned when
-CUDA is used). numpy releases the GIL for the copy, so a prefetch thread overlaps it with
-compute. Cost per batch: one argsort of B precomputed int64 keys (segment << 32 | row) plus
-one call per distinct segment; no per-sample Python.
+and the reusable batch buffers every consumer (training stream, evaluation) fills.
 
 Open shards are kept across windows and epochs (least recently used first out, bounded by
 ``keep_open_bytes`` of pixel data): re-opening costs the IPC footer parse per record batch
-and, for LZ4 shards, decompressing the whole shard again every epoch.
+and, for LZ4 shards, decompressing the whole shard again every epoch. The gather itself
+lives in ``trainer.picks`` (re-exported here).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,10 +18,12 @@ import torch
 
 from shardline.config import DatasetConfig
 from trainer.fetch import ShardSource
+from trainer.picks import Picks, build_picks, gather_into
 from trainer.plan import PlannedShard
 from trainer.shard import OpenShard, ShardFormatError, ShardIndex
 
 DEFAULT_KEEP_OPEN_BYTES = 1 << 30
+__all__ = ["BufferPool", "Picks", "ShardReader", "as_nchw", "build_picks", "gather_into"]
 
 
 class ShardReader:
@@ -99,69 +93,6 @@ class ShardReader:
         return idx
 
 
-@dataclass
-class Picks:
-    """Samples to gather: a flat list of segments and, per sample, which one and which row."""
-
-    segments: list[np.ndarray]    # [rows, nbytes] uint8 views
-    seg: np.ndarray               # int32 [n] index into ``segments``
-    row: np.ndarray               # int64 [n] row within the segment
-    label: np.ndarray             # int64 [n]
-    key: np.ndarray               # int64 [n] (shard ordinal << 32) | row in shard
-    order: np.ndarray = field(init=False, repr=False)   # int64 [n] (seg << 32) | row
-
-    def __post_init__(self) -> None:
-        self.order = (self.seg.astype(np.int64) << np.int64(32)) | self.row
-
-    def __len__(self) -> int:
-        return len(self.seg)
-
-    def select(self, pos: np.ndarray) -> Picks:
-        """The picks at positions ``pos`` (a permutation, or a rank's share of one)."""
-        return Picks(self.segments, self.seg[pos], self.row[pos], self.label[pos],
-                     self.key[pos])
-
-
-def build_picks(items: list[tuple[int, OpenShard, np.ndarray, np.ndarray]]) -> Picks:
-    """Picks over several open shards: ``items`` = (shard ordinal, shard, rows, labels)."""
-    segments: list[np.ndarray] = []
-    seg_l, row_l, lab_l, key_l = [], [], [], []
-    for ordinal, shard, rows, labels in items:
-        seg, local = shard.locate(rows)
-        seg_l.append(seg + len(segments))
-        segments.extend(shard.segments)
-        row_l.append(local)
-        lab_l.append(labels)
-        key_l.append((np.int64(ordinal) << np.int64(32)) | rows)
-    if not items:
-        empty = np.empty(0, np.int64)
-        return Picks([], np.empty(0, np.int32), empty, empty, empty)
-    return Picks(segments, np.concatenate(seg_l), np.concatenate(row_l),
-                 np.concatenate(lab_l), np.concatenate(key_l))
-
-
-_ROW_MASK = np.int64(0xFFFFFFFF)
-
-
-def gather_into(out: np.ndarray, picks: Picks, lo: int, hi: int, at: int,
-                labels: np.ndarray, keys: np.ndarray) -> None:
-    """Copy picks[lo:hi] into out[at:at+n] (+ labels, keys), sorted by (segment, row)."""
-    n = hi - lo
-    order = picks.order[lo:hi].argsort()
-    sorted_keys = picks.order[lo:hi].take(order)
-    order += lo
-    picks.label.take(order, out=labels[at:at + n])
-    picks.key.take(order, out=keys[at:at + n])
-    seg_s = sorted_keys >> np.int64(32)
-    row_s = sorted_keys & _ROW_MASK
-    cuts = (seg_s[1:] != seg_s[:-1]).nonzero()[0]
-    starts = [0, *(cuts + 1).tolist()]
-    ends = starts[1:] + [n]
-    segments = picks.segments
-    for a, b, s in zip(starts, ends, seg_s[starts].tolist(), strict=True):
-        segments[s].take(row_s[a:b], 0, out[at + a:at + b], "clip")
-
-
 class BufferPool:
     """Reusable batch image buffers ``[batch_size, nbytes]`` uint8 (pinned if asked).
 
@@ -177,6 +108,7 @@ class BufferPool:
         self.pin, self.max_free = pin, max_free
         self._free: deque[tuple[torch.Tensor, Any]] = deque()
         self._owned: dict[int, torch.Tensor] = {}
+        self._views: dict[int, tuple[np.ndarray, torch.Tensor]] = {}
         self._lock = threading.Lock()
         self.allocated = 0
 
@@ -197,19 +129,33 @@ class BufferPool:
             self.allocated += 1
         return buf
 
+    def views(self, buf: torch.Tensor, shape: tuple[int, int, int]
+              ) -> tuple[np.ndarray, torch.Tensor]:
+        """(numpy view, full-batch [B, C, H, W] view) of a buffer of this pool, made once per
+        buffer: creating torch views costs microseconds, a sizeable part of a small batch."""
+        ptr = buf.data_ptr()
+        got = self._views.get(ptr)
+        if got is None:
+            got = self._views[ptr] = (buf.numpy(), as_nchw(buf, shape))
+        return got
+
     def release(self, images: torch.Tensor, event: Any = None) -> None:
         """Return the buffer behind ``images`` (a batch's image tensor) for reuse.
 
         ``event``: a CUDA event recorded after the last read (e.g. the non_blocking copy)."""
-        ptr = images.untyped_storage().data_ptr()
+        ptr = images.data_ptr()
         with self._lock:
             buf = self._owned.get(ptr)
             if buf is None:
-                return
+                ptr = images.untyped_storage().data_ptr()
+                buf = self._owned.get(ptr)
+                if buf is None:
+                    return
             if len(self._free) < self.max_free:
                 self._free.append((buf, event))
             else:
                 del self._owned[ptr]
+                self._views.pop(ptr, None)
 
 
 def as_nchw(images: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:

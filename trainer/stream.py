@@ -54,6 +54,8 @@ class ShardStream(BaseNode[Batch]):
         self._shards: list[PlannedShard] = plan.train_shards
         self._expected = [plan.expected_rows(s) for s in self._shards]
         self._rows: dict[int, np.ndarray] = {}
+        self._last_members: tuple[int, ...] = ()
+        self._last_picks = build_picks([])
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
                        f"/win{window_rows}x{window_min_shards}")
         self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
@@ -84,31 +86,39 @@ class ShardStream(BaseNode[Batch]):
     # -- iteration --------------------------------------------------------------------------
     def next(self) -> Batch:
         t0 = time.perf_counter()
+        size = self.batch_size
         while True:
             if self._epoch >= self.epochs:
                 raise StopIteration
             images = self.pool.acquire()
-            out = images.numpy()
-            lab = np.empty(self.batch_size, np.int64)
-            key = np.empty(self.batch_size, np.int64)
-            n, epoch = 0, self._epoch
-            while n < self.batch_size:
-                win = self._window()
+            out, full = self.pool.views(images, self.shape)
+            n, epoch, win, at = 0, self._epoch, self._win, self._offset
+            if win is not None and at + size < len(win):   # common case: inside one window
+                gather_into(out, win, at, at + size, 0)
+                self._offset = at + size
+                self.samples += size
+                self.busy_s += time.perf_counter() - t0
+                # labels/keys: views of the window's arrays (each position is used once)
+                return {"image": full, "label": torch.from_numpy(win.label[at:at + size]),
+                        "key": torch.from_numpy(win.key[at:at + size]), "epoch": epoch,
+                        "epoch_end": False}
+            lab = np.empty(size, np.int64)
+            key = np.empty(size, np.int64)
+            while n < size:
+                win = self._window(n)
                 if win is None:
                     break
-                take = min(self.batch_size - n, len(win) - self._offset)
+                take = min(size - n, len(win) - self._offset)
                 gather_into(out, win, self._offset, self._offset + take, n, lab, key)
                 n += take
                 self._offset += take
-                if self._offset >= len(win):
-                    self._w, self._offset, self._win = self._w + 1, 0, None
-            epoch_end = self._window() is None
+            epoch_end = self._window(n) is None
             if epoch_end:
                 self._epoch, self._w, self._offset = self._epoch + 1, 0, 0
             if n:
                 self.samples += n
                 self.busy_s += time.perf_counter() - t0
-                return {"image": as_nchw(images[:n], self.shape),
+                return {"image": full if n == size else as_nchw(images[:n], self.shape),
                         "label": torch.from_numpy(lab[:n]), "key": torch.from_numpy(key[:n]),
                         "epoch": epoch, "epoch_end": epoch_end}
             self.pool.release(images)
@@ -125,32 +135,39 @@ class ShardStream(BaseNode[Batch]):
             self._windows_epoch = self._epoch
         return self._windows
 
-    def _window(self) -> Picks | None:
-        """The current window's picks for this rank, built on first use; None at epoch end."""
+    def _window(self, carried: int) -> Picks | None:
+        """The current window's picks for this rank, built on first use; None at epoch end.
+
+        ``carried``: samples already in the batch being filled; with the offset it fixes
+        where batch boundaries fall in a new window (see ``trainer.picks``)."""
         windows = self._epoch_windows()
         while self._win is None or self._offset >= len(self._win):
             if self._win is not None:
                 self._w, self._offset, self._win = self._w + 1, 0, None
             if self._w >= len(windows):
                 return None
-            self._win = self._build(windows, self._w)
+            phase = (self._offset + self.batch_size - carried) % self.batch_size
+            self._win = self._build(windows, self._w, phase)
         return self._win
 
-    def _build(self, windows: list[list[int]], w: int) -> Picks:
+    def _build(self, windows: list[list[int]], w: int, phase: int) -> Picks:
         upcoming = [self._shards[i].entry for win in windows[w:] for i in win]
         self.reader.source.prefetch(upcoming, self.lookahead_bytes)
-        items = []
-        for i in windows[w]:
-            s = self._shards[i]
-            shard = self.reader.open(s)
-            rows = self._rows.get(s.ordinal)
-            if rows is None:
-                rows = self._rows[s.ordinal] = self.plan.train_rows(s, self.reader.index(s))
-            items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
-        picks = build_picks(items)
+        members = tuple(sorted(windows[w]))   # the window's samples in a canonical order
+        if self._last_members != members:     # (a one-window epoch reuses them)
+            items = []
+            for i in members:
+                s = self._shards[i]
+                shard = self.reader.open(s)
+                rows = self._rows.get(s.ordinal)
+                if rows is None:
+                    rows = self._rows[s.ordinal] = self.plan.train_rows(s, self.reader.index(s))
+                items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
+            self._last_members, self._last_picks = members, build_picks(items)
+        picks = self._last_picks
         pos = rank_positions(window_permutation(len(picks), self.seed, self._epoch, w),
                              self.rank, self.world)
-        return picks.select(pos)
+        return picks.select(pos, chunk=self.batch_size, phase=phase)
 
     def stats(self) -> dict[str, float]:
         """Samples produced and the seconds spent producing them (fetch waits included)."""
