@@ -73,14 +73,17 @@ def save_credentials_block(store: StoreSettings) -> str:
 def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     """Create pools, block and limit on ``spec.api_url`` and deploy every deployment."""
     cfg = load_config(spec.config)
-    os.environ["PREFECT_API_URL"] = spec.api_url
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with get_client(sync_client=True) as client:
-        for pool in {spec.work_pool, spec.train_pool}:
-            _ensure_pool(client, pool)
-        _ensure_limit(client, f"train-{cfg.dataset.name}")
-    block = save_credentials_block(store)
+    # Explicit, not from the process settings: a caller may run inside another Prefect
+    # context (a test harness, a flow) whose API is not the one being deployed to.
+    with temporary_settings(updates={PREFECT_API_URL: spec.api_url}):
+        with get_client(sync_client=True) as client:
+            for pool in {spec.work_pool, spec.train_pool}:
+                _ensure_pool(client, pool)
+            _ensure_limit(client, f"train-{cfg.dataset.name}")
+        block = save_credentials_block(store)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
     env.update(
         PREFECT_API_URL=spec.api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
