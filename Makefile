@@ -53,5 +53,10 @@ down:
 status:
 	$(BIN)/shardline status
 
+# Benchmark-only contenders (webdataset, Hugging Face datasets) come from the `bench` extra.
+bench: setup
+	$(BIN)/pip install -q -e '.[dev,bench]' torch==2.13.0
+	$(BIN)/shardline bench all
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

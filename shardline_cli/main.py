@@ -127,7 +127,7 @@ def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
 
 def _register_optional() -> None:
     """Commands that live beside their own layer (stack, training, demo)."""
-    for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd"):
+    for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd"):
         if importlib.util.find_spec(f"shardline_cli.{name}") is not None:
             importlib.import_module(f"shardline_cli.{name}").register(app)
 

@@ -1,0 +1,1 @@
+"""Benchmarks: loader, conversion, GPU feed (see docs/benchmarks.md)."""

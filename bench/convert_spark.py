@@ -1,0 +1,120 @@
+"""Shardline's conversion stage, run on Spark Connect servers (as the embedded stack runs it).
+
+- to the S3 server: ``tasks.convert.convert`` itself (plan groups, one Spark task per group
+  via ``spark.range(n).mapInArrow``, each task reads its objects through the S3 API,
+  decodes, checks and writes its shards; the driver collects the row metadata and
+  deduplicates).
+- to local disk: the same driver steps and the same task code
+  (``tasks.convert_job.convert_group``), with the task's store swapped for
+  ``LocalDirStore``; this module is pickled by value so the Spark workers need no
+  ``bench`` package.
+
+JVM start is the Connect server's launch-to-listening time; the first job is a trivial
+``mapInArrow`` on a new client session (Python workers start there).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from bench.convert_ref import LocalDirStore
+from infra import procs, services
+from shardline.config import DatasetConfig, SparkSettings, StoreSettings
+from shardline.store import ObjectStore
+from tasks import spark as spark_sessions
+from tasks.convert import Converted, assemble, convert, plan_groups, plan_task_count
+from tasks.convert_job import META_DDL, ConvertJob, convert_group
+from tasks.detect import Batch
+
+
+@dataclass
+class SparkServer:
+    master: str
+    service: services.Service
+    jvm_start_s: float
+    first_job_s: float = float("nan")
+
+    @property
+    def settings(self) -> SparkSettings:
+        return SparkSettings(remote=self.service.url)
+
+
+def _identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def start_servers(masters: list[str], log_dir: Path) -> list[SparkServer]:
+    """Boot one Connect server per master side by side, then run each one's first job."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(sys.modules["bench.convert_ref"])
+    launches = [services.launch_spark_connect(procs.free_port(), log_dir / m.strip("[]"), m,
+                                              work_dir=log_dir / f"work-{m.strip('[]')}",
+                                              name=f"spark-{m}")
+                for m in masters]
+    try:
+        services.wait_all([(launch, 120.0) for launch in launches])
+    except BaseException:
+        for launch in launches:
+            launch.service.stop(grace_s=5.0)
+        raise
+    servers = [SparkServer(m, launch.service, float(launch.service.ready_s or "nan"))
+               for m, launch in zip(masters, launches, strict=True)]
+    for s in servers:
+        t0 = time.perf_counter()
+        spark = spark_sessions.get_session(s.settings)
+        spark.range(0, 2, 1, numPartitions=2).mapInArrow(_identity, "id bigint").toArrow()
+        s.first_job_s = time.perf_counter() - t0
+    return servers
+
+
+def stop_servers(servers: list[SparkServer]) -> None:
+    for s in servers:
+        s.service.stop(grace_s=10.0)
+
+
+def local_partition(job: ConvertJob, root: str, batches: Iterator[pa.RecordBatch]
+                    ) -> Iterator[pa.RecordBatch]:
+    """``tasks.convert_job.run_partition`` with a local folder as the store."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    store = LocalDirStore(root)
+    for rb in batches:
+        for task in rb.column(0).to_pylist():
+            yield convert_group(store, job.cfg, job.run_id,  # type: ignore[arg-type]
+                                job.groups[task], task, attempt)
+
+
+def convert_local(server: SparkServer, cfg: DatasetConfig, root: Path, batch: Batch,
+                  run_id: str) -> Converted:
+    """The conversion stage reading and writing under ``root`` (local disk)."""
+    t0 = time.perf_counter()
+    spark = spark_sessions.get_session(server.settings)
+    tasks = plan_task_count(batch, spark_sessions.default_parallelism(spark))
+    job = ConvertJob(cfg, StoreSettings(bucket="local"), run_id,
+                     plan_groups(batch.sources, tasks))
+    t1 = time.perf_counter()
+    n = len(job.groups)
+    meta = spark.range(0, n, 1, numPartitions=n).mapInArrow(
+        functools.partial(local_partition, job, str(root)), META_DDL).toArrow()
+    t2 = time.perf_counter()
+    conv = assemble(LocalDirStore(root), cfg, batch, run_id, None, meta)  # type: ignore[arg-type]
+    conv.timings = {"session_s": t1 - t0, "spark_job_s": t2 - t1,
+                    "dedupe_s": time.perf_counter() - t2}
+    return conv
+
+
+def convert_s3(server: SparkServer, store: ObjectStore, cfg: DatasetConfig, batch: Batch,
+               run_id: str) -> Converted:
+    """``tasks.convert.convert`` unchanged, on this server."""
+    return convert(store, cfg, server.settings, batch, run_id, None)

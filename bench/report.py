@@ -1,0 +1,177 @@
+"""``docs/benchmarks.md`` and its plots from ``bench/results/{loader,convert,gpu}.json``.
+
+The prose lives in ``bench/report_template.md``; ``{name}`` placeholders there are filled
+with tables and figures built here. Plots are PNGs under ``docs/bench/``.
+
+    .venv/bin/python -m bench.report
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS, fmt, print_table  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+PLOTS = ROOT / "docs" / "bench"
+TEMPLATE = Path(__file__).with_name("report_template.md")
+
+
+def _load(part: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{part}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def md_table(columns: list[str], rows: list[list[Any]]) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "|".join(
+        ":--" if i == 0 else "--:" for i in range(len(columns))) + "|\n"
+    return head + "".join("| " + " | ".join(fmt(v) for v in r) + " |\n" for r in rows)
+
+
+def _loader_table(s: dict[str, Any]) -> str:
+    rows = []
+    for name, c in sorted(s["contenders"].items(), key=lambda kv: -kv[1]["samples_per_s"]):
+        mem = c.get("peak_memory") or {}
+        rows.append([f"`{name}`", c["samples_per_s"], c["samples_per_s"] * s["sample_bytes"] / 1e9,
+                     c["vs_raw_arrow"], mem.get("anon_mb"), mem.get("mapped_file_mb"),
+                     mem.get("workers_mb")])
+    return md_table(["contender", "samples/s", "GB/s", "x raw_arrow", "peak anon MB",
+                     "peak mapped MB", "workers MB"], rows)
+
+
+def _cold_table(cold: dict[str, Any]) -> str:
+    return md_table(["set", "bytes", "raw GET MB/s", "shardline 1st epoch MB/s",
+                     "shardline samples/s", "ratio"],
+                    [[n, f"{c['bytes'] / 1e6:.0f} MB", c["raw_get_mb_per_s"],
+                      c["shardline_cold_mb_per_s"], c["shardline_cold_samples_per_s"],
+                      c["shardline_vs_raw_get"]] for n, c in cold.items()])
+
+
+def _convert_table(r: dict[str, Any]) -> str:
+    rows = []
+    for key, cell in r["cells"].items():
+        for c in ("pyarrow", "local[1]", "local[2]"):
+            if c in cell:
+                v = cell[c]
+                rows.append([f"{key} `{c}`", v["rows_per_s"], v["input_mb_per_s"], v["seconds"],
+                             v["vs_pyarrow"], v["split"].get("spark_job_s"),
+                             v["split"].get("dedupe_s")])
+    return md_table(["cell", "rows/s", "input MB/s", "seconds", "x pyarrow", "Spark job s",
+                     "driver dedupe s"], rows)
+
+
+def _bars_table(bars: list[dict[str, Any]]) -> str:
+    mark = {True: "met", False: "**missed**", None: "not measured"}
+    return md_table(["bar", "value", "target", "result", "note"],
+                    [[f"`{b['name']}`", b["value"], f"{b['op']} {b['target']}", mark[b["met"]],
+                      b.get("note", "")] for b in bars])
+
+
+def _machine(m: dict[str, Any]) -> str:
+    pk = ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v)
+    gpu = m["gpu"]["name"] if m.get("gpu") else "none"
+    return (f"{m['cores']} cores ({m['cpu']}), {m['memory_gb']} GiB, GPU: {gpu}; Python "
+            f"{m['python']}, kernel {m['kernel']}; load average at start "
+            f"{m['load_avg_at_start']}; commit {m['commit']}; {m['when']}.\n\nVersions: {pk}.")
+
+
+def plots(loader: dict[str, Any] | None, convert: dict[str, Any] | None) -> dict[str, str]:
+    """Write the PNGs; returns placeholder -> markdown image line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name in ("S", "L"):
+        if not loader:
+            break
+        s = loader[name]
+        items = sorted(s["contenders"].items(), key=lambda kv: kv[1]["samples_per_s"])
+        fig, ax = plt.subplots(figsize=(7, 4))
+        colors = ["tab:orange" if n.startswith("shardline") else "tab:gray" for n, _ in items]
+        ax.barh([n for n, _ in items], [v["samples_per_s"] for _, v in items], color=colors)
+        ax.set_xscale("log")
+        ax.set_xlabel("samples/s (log scale), median of rounds")
+        ax.set_title(f"loader {name}: {s['rows']} x {s['shape']}, batch 256, shuffled, warm")
+        fig.tight_layout()
+        fig.savefig(PLOTS / f"loader_{name}.png", dpi=110)
+        plt.close(fig)
+        out[f"plot_loader_{name}"] = f"![loader {name}](bench/loader_{name}.png)"
+    if convert:
+        cells = convert["cells"]
+        kinds = ("pyarrow", "local[1]", "local[2]")
+        labels = [f"{k} {c}" for k, cell in cells.items() for c in kinds if c in cell]
+        values = [cell[c]["rows_per_s"] for cell in cells.values()
+                  for c in ("pyarrow", "local[1]", "local[2]") if c in cell]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.barh(labels, values, color=["tab:gray" if "pyarrow" in lab else "tab:orange"
+                                       for lab in labels])
+        ax.set_xlabel("rows/s, median of rounds")
+        ax.set_title(f"conversion of {convert['records']} records")
+        fig.tight_layout()
+        fig.savefig(PLOTS / "convert.png", dpi=110)
+        plt.close(fig)
+        out["plot_convert"] = "![conversion](bench/convert.png)"
+    return out
+
+
+def fields() -> dict[str, str]:
+    loader, convert, gpu = _load("loader"), _load("convert"), _load("gpu")
+    f: dict[str, str] = {"plot_loader_S": "", "plot_loader_L": "", "plot_convert": ""}
+    bars = [b for r in (loader, convert, gpu) if r for b in r.get("bars", [])]
+    f["bars"] = _bars_table(bars)
+    first = loader or convert or gpu
+    f["machine"] = _machine(first["machine"]) if first else "(no results yet)"
+    if loader:
+        f |= {"loader_S": _loader_table(loader["S"]), "loader_L": _loader_table(loader["L"]),
+              "cold": _cold_table(loader["cold"]), "loader_rounds": str(loader["plan"]["rounds"]),
+              "loader_elapsed": fmt(loader["elapsed_s"]),
+              "memcpy_S": fmt(loader["S"]["memcpy_gbps"]),
+              "memcpy_L": fmt(loader["L"]["memcpy_gbps"])}
+    if convert:
+        f |= {"convert": _convert_table(convert), "convert_elapsed": fmt(convert["elapsed_s"]),
+              "spark_start": md_table(["master", "JVM start s", "first job s"], [
+                  [m, v["jvm_start_s"], v["first_job_s"]] for m, v in convert["spark"].items()]),
+              "validation": md_table(["cell", "first call s", "warm s"], [
+                  [k, v["first_s"], v["warm_s"]] for k, v in convert["validation"].items()]),
+              "convert_records": f"{convert['records']:,}",
+              "convert_objects": str(convert["objects"]),
+              "convert_rounds": f"{convert['rounds']['local']} (local disk), "
+                                f"{convert['rounds']['s3']} (S3)"}
+    if gpu:
+        f["gpu"] = md_table(["feed", "samples/s", "data-wait share"], [
+            [n, gpu["samples_per_s"][n], gpu["data_wait_share"][n]] for n in gpu["samples_per_s"]])
+        f["gpu_note"] = gpu.get("note", f"device {gpu['device']}, ratio "
+                                        f"{fmt(gpu['shardline_vs_synthetic'])}")
+    f |= plots(loader, convert)
+    return f
+
+
+class _Missing(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> str:
+        return f"(not measured yet: {key})"
+
+
+def write_report(path: Path = DOC) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(TEMPLATE.read_text().format_map(_Missing(fields())))
+    return path
+
+
+def print_bars(bars: list[dict[str, Any]], stderr: bool = False) -> None:
+    print_table("bars", ["bar", "value", "target", "met"],
+                [(b["name"], b["value"], f"{b['op']} {b['target']}", b["met"]) for b in bars],
+                stderr)
+
+
+if __name__ == "__main__":
+    print(write_report())

@@ -1,0 +1,137 @@
+"""``shardline bench``: the benchmarks under ``bench/`` (a source checkout only).
+
+    shardline bench loader  [--quick] [--json]    loader throughput, cold cache, memory
+    shardline bench convert [--quick] [--json]    Spark conversion vs single-process pyarrow
+    shardline bench gpu     [--json]              GPU feed (CPU run without CUDA)
+    shardline bench learning                      learning quality (bench/learning.py)
+    shardline bench all     [--quick] [--json]    the above but learning, then the report
+
+Results go to ``bench/results/*.json``; ``all`` without ``--quick`` also rewrites
+``docs/benchmarks.md`` and its plots. With ``--json`` stdout carries exactly one JSON
+object (tables go to stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+QuickOpt = typer.Option(False, "--quick", help="CI-sized run (about a minute)")
+JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
+
+
+def _bench_path() -> None:
+    """Make the checkout's ``bench`` package importable (it is not installed)."""
+    if not (ROOT / "bench" / "loader.py").is_file():
+        from shardline_cli.main import err
+
+        err.print(f"[bold red]error:[/] bench/ not found under {ROOT}; the benchmarks run "
+                  "from a source checkout")
+        raise typer.Exit(1)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def _emit(result: dict[str, Any], as_json: bool, printer: Any) -> None:
+    printer(result, stderr=as_json)
+    if as_json:
+        print(json.dumps(result, default=str))
+
+
+def _loader(quick: bool, scale: float = 1.0, rounds: int | None = None) -> dict[str, Any]:
+    from bench import loader
+    from bench.common import write_result
+
+    r = loader.run(quick, scale, rounds)
+    write_result("loader-quick" if quick else "loader", r)
+    return r
+
+
+def _convert(quick: bool) -> dict[str, Any]:
+    from bench import convert
+    from bench.common import write_result
+
+    r = convert.run(quick)
+    write_result("convert-quick" if quick else "convert", r)
+    return r
+
+
+def _gpu(quick: bool) -> dict[str, Any]:
+    from bench import gpu_feed
+    from bench.common import write_result
+
+    r = gpu_feed.run(rounds=3 if quick else 5, rows=10_000 if quick else 50_000)
+    write_result("gpu-quick" if quick else "gpu", r)
+    return r
+
+
+def register(app: typer.Typer) -> None:
+    bench = typer.Typer(no_args_is_help=True, help="Benchmarks (bench/): loader, convert, "
+                        "gpu, learning, all; results in bench/results/.")
+    app.add_typer(bench, name="bench")
+
+    @bench.command("loader")
+    def loader_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt,
+                   scale: float = typer.Option(1.0, "--scale", help="multiply set sizes"),
+                   rounds: int = typer.Option(None, "--rounds", help="interleaved rounds "
+                                              "(default 5, 3 with --quick)")) -> None:
+        """Loader throughput (S and L sets), first epoch from S3, peak memory."""
+        _bench_path()
+        from bench.loader import print_tables
+
+        _emit(_loader(quick, scale, rounds), as_json, print_tables)
+
+    @bench.command("convert")
+    def convert_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
+        """Spark conversion at local[1]/local[2] vs single-process pyarrow."""
+        _bench_path()
+        from bench.convert import print_tables
+
+        _emit(_convert(quick), as_json, print_tables)
+
+    @bench.command("gpu")
+    def gpu_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
+        """ResNet-18 fed by the loader vs synthetic on-device batches (CPU without CUDA)."""
+        _bench_path()
+        from bench.common import print_table
+
+        r = _gpu(quick)
+        _emit(r, as_json, lambda res, stderr: print_table(
+            f"GPU feed on {res['device']}", ["feed", "samples/s", "data wait"],
+            [(n, res["samples_per_s"][n], res["data_wait_share"][n])
+             for n in res["samples_per_s"]], stderr))
+
+    @bench.command("learning", context_settings={"allow_extra_args": True,
+                                                 "ignore_unknown_options": True})
+    def learning_cmd(ctx: typer.Context) -> None:
+        """Learning quality (bench/learning.py; extra arguments are passed through)."""
+        _bench_path()
+        from bench import learning
+
+        raise typer.Exit(learning.main(list(ctx.args)))
+
+    @bench.command("all")
+    def all_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
+        """loader + convert + gpu; without --quick also rewrites docs/benchmarks.md."""
+        _bench_path()
+        from bench import convert, loader, report
+
+        parts = {"loader": _loader(quick), "convert": _convert(quick), "gpu": _gpu(quick)}
+        loader.print_tables(parts["loader"], stderr=as_json)
+        convert.print_tables(parts["convert"], stderr=as_json)
+        if not quick:
+            path = report.write_report()
+            print(f"report: {path}", file=sys.stderr)
+        bars = [b for p in parts.values() for b in p.get("bars", [])]
+        report.print_bars(bars, stderr=as_json)
+        if as_json:
+            print(json.dumps({**parts, "bars": bars}, default=str))

@@ -1,0 +1,57 @@
+"""``shardline bench loader --quick --json`` on tiny sets: one JSON object on stdout with the
+medians, the ratios the bars are checked with, and the machine. Timings are never asserted
+(the machine is shared); only that every figure is a positive number."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SHARDLINE = Path(sys.executable).with_name("shardline")
+RATIOS = ("S.shardline_vs_raw_arrow", "S.shardline_vs_png_dataloader",
+          "L.shardline_vs_raw_arrow", "S.shardline_lz4_vs_raw_arrow")
+
+
+def _get(obj: dict, dotted: str) -> object:
+    for part in dotted.split("."):
+        obj = obj[part]
+    return obj
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.timeout(600)
+def test_loader_quick_json_has_positive_medians_and_ratios(tmp_path: Path) -> None:
+    env = dict(os.environ, SHARDLINE_BENCH_DATA=str(tmp_path / "data"),
+               SHARDLINE_BENCH_RESULTS=str(tmp_path / "results"))
+    proc = subprocess.run([str(SHARDLINE), "bench", "loader", "--quick", "--json",
+                           "--scale", "0.1", "--rounds", "2"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)                    # exactly one JSON object
+    assert result["part"] == "loader" and result["quick"] is True
+    for key in RATIOS:
+        assert _positive(_get(result, key)), (key, _get(result, key))
+    for name in ("S", "L"):
+        contenders = result[name]["contenders"]
+        assert {"shardline", "raw_arrow", "numpy_ram", "png_dataloader_w0",
+                "png_dataloader_w2", "parquet", "webdataset", "hf_datasets",
+                "memcpy"} <= set(contenders)
+        for c in contenders.values():
+            assert _positive(c["samples_per_s"]) and _positive(c["vs_raw_arrow"])
+            assert len(c["rounds"]) == 2
+    assert _positive(result["cold"]["S"]["shardline_vs_raw_get"])
+    assert {b["name"] for b in result["bars"]} >= {"S.shardline_vs_raw_arrow",
+                                                   "L.shardline_vs_raw_arrow",
+                                                   "S.shardline_vs_png_dataloader"}
+    m = result["machine"]
+    assert m["cores"] >= 1 and m["memory_gb"] > 0 and "gpu" in m
+    assert (tmp_path / "results" / "loader-quick.json").is_file()
