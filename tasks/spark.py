@@ -41,7 +41,9 @@ def _remote(url: str) -> Any:
     from pyspark.sql import SparkSession
 
     log.info("using Spark Connect at %s", url)
-    return SparkSession.builder.remote(url).getOrCreate()
+    # create(), not getOrCreate(): getOrCreate() hands back the process's default session
+    # whatever the URL (a second server, or a new one after a restart, was never reached).
+    return SparkSession.builder.remote(url).create()
 
 
 def _local(master: str) -> Any:
