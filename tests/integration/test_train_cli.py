@@ -27,16 +27,12 @@ def app() -> typer.Typer:
     return app
 
 
-def test_train_json_contract(app: typer.Typer, store: ObjectStore, store_settings: StoreSettings,
-                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_train_json_contract(app: typer.Typer, store: ObjectStore, stack_env: StoreSettings,
+                             tmp_path: Path) -> None:
     cfg = digits_config(epochs=1, cache_dir=str(tmp_path / "cache"))
     publish_version(store, cfg.dataset, np.arange(500))
     config = tmp_path / "digits.toml"
     config.write_text(config_toml(cfg))
-    monkeypatch.setenv("SHARDLINE_BUCKET", store_settings.bucket)
-    monkeypatch.setenv("SHARDLINE_S3_ENDPOINT_URL", store_settings.endpoint_url or "")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     runner = CliRunner()
 
     r = runner.invoke(app, ["train", "--config", str(config), "--json", "--no-flow"])
@@ -45,7 +41,7 @@ def test_train_json_contract(app: typer.Typer, store: ObjectStore, store_setting
     assert data["model_version"] == 1 and data["dataset_version"] == 1
     assert data["parent_model_version"] is None and data["promoted"] is True
     assert data["samples_seen"] > 0 and 0 < data["eval_accuracy"] <= 1
-    assert data["checkpoint"] == f"s3://{store_settings.bucket}/models/digits/cnn/000001/"
+    assert data["checkpoint"] == f"s3://{stack_env.bucket}/models/digits/cnn/000001/"
 
     r = runner.invoke(app, ["train", "--config", str(config), "--version", "7", "--json",
                             "--no-flow"])

@@ -36,18 +36,13 @@ def latest_artifacts(keys: list[str]) -> dict[str, object]:
 
 
 def test_train_flow_leaves_run_table_and_curve(prefect_server: None, store: ObjectStore,
-                                               store_settings: StoreSettings, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                               stack_env: StoreSettings, tmp_path: Path) -> None:
     from flows.train import train
 
     cfg = digits_config(name="digits_flow", epochs=2, cache_dir=str(tmp_path / "cache"))
     publish_version(store, cfg.dataset, np.arange(700))
     config = tmp_path / "digits.toml"
     config.write_text(config_toml(cfg))
-    monkeypatch.setenv("SHARDLINE_BUCKET", store_settings.bucket)
-    monkeypatch.setenv("SHARDLINE_S3_ENDPOINT_URL", store_settings.endpoint_url or "")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
 
     result = train(config=str(config), version=None)
     assert result["model_version"] == 1 and result["promoted"]
