@@ -16,6 +16,7 @@ JVM start is the Connect server's launch-to-listening time; the first job is a t
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +33,8 @@ from tasks import spark as spark_sessions
 from tasks.convert import Converted, assemble, convert, plan_groups, plan_task_count
 from tasks.convert_job import META_DDL, ConvertJob, convert_group
 from tasks.detect import Batch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,6 +71,7 @@ def start_servers(masters: list[str], log_dir: Path) -> list[SparkServer]:
         raise
     servers = [SparkServer(m, launch.service, float(launch.service.ready_s or "nan"))
                for m, launch in zip(masters, launches, strict=True)]
+    import pyspark.sql.connect.session  # noqa: F401 - the client's import is not a job
     for s in servers:
         t0 = time.perf_counter()
         spark = spark_sessions.get_session(s.settings)
@@ -77,7 +81,12 @@ def start_servers(masters: list[str], log_dir: Path) -> list[SparkServer]:
 
 
 def stop_servers(servers: list[SparkServer]) -> None:
+    """Close each client session first: a session left open retries its server at exit."""
     for s in servers:
+        try:
+            spark_sessions.get_session(s.settings).stop()
+        except Exception as exc:  # the server may already be gone: stop it anyway
+            log.warning("could not close the Spark session of %s: %s", s.master, exc)
         s.service.stop(grace_s=10.0)
 
 
