@@ -88,15 +88,17 @@ def _status(pid: int | str) -> dict[str, int]:
     return out
 
 
-def _pss(pid: int) -> int:
-    """Proportional set size: pages shared with the parent (fork) count by share."""
+def _uss(pid: int) -> int:
+    """Unique set size: the pages only this process holds (a forked worker's own memory;
+    pages it still shares with its parent are the parent's)."""
+    total = 0
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         pass
-    return 0
+    return total
 
 
 def _children(pid: int) -> list[int]:
@@ -111,8 +113,8 @@ def _children(pid: int) -> list[int]:
 class PeakMemory:
     """Peak memory while the block runs, sampled every ``interval_s``: this process's
     growth in anonymous memory and in mapped file pages (page cache, shared and
-    reclaimable), and the proportional set size of its child processes (DataLoader
-    workers; pages they share with this process after fork count by share)."""
+    reclaimable), and the unique set size of its child processes (DataLoader workers: their
+    own pages, not the ones they still share with this process after fork)."""
 
     interval_s: float = 0.01
     anon: int = 0
@@ -135,7 +137,7 @@ class PeakMemory:
             st = _status(pid)
             self.anon = max(self.anon, st.get("RssAnon", 0) - self._base[0])
             self.file = max(self.file, st.get("RssFile", 0) - self._base[1])
-            kids = sum(_pss(c) for c in _children(pid) if c not in self._older)
+            kids = sum(_uss(c) for c in _children(pid) if c not in self._older)
             self.children = max(self.children, kids)
 
     def __exit__(self, *exc: object) -> None:
