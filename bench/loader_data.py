@@ -15,7 +15,6 @@ manifest is kept beside them. The PNG folder of the large set holds a subset (en
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -30,11 +29,18 @@ import pyarrow.parquet as pq
 
 from bench.common import DATA
 from shardline.config import DatasetConfig, ImageSpec, ShardSpec
-from shardline.manifest import BatchEntry, Manifest, ShardEntry, code_version, now_iso
+from shardline.manifest import (
+    BatchEntry,
+    Manifest,
+    ShardEntry,
+    code_version,
+    content_digests,
+    now_iso,
+)
 from shardline.schema import data_schema, describe, fingerprint, shard_key
 from tasks.shards import encode_ipc
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: manifests carry xxh3_128
 COMPRESSIONS = ("none", "lz4")
 
 
@@ -137,11 +143,11 @@ class SetFiles:
                      pa.array(["incoming/bench/synthetic"] * len(r), pa.string()),
                      pa.array(r.astype(np.int64))], schema=data_schema(cfg))
                 buf = encode_ipc(table, compression, cfg.shards.record_batch_rows)
-                sha = hashlib.sha256(buf).hexdigest()
+                sha, xxh = content_digests(memoryview(buf))
                 (folder / f"{sha}.arrow").write_bytes(memoryview(buf))
                 entries.append(ShardEntry(
                     path=shard_key(cfg.prefix, batch, label, part, "bench"), rows=len(r),
-                    bytes=buf.size, sha256=sha, batch=batch,
+                    bytes=buf.size, sha256=sha, xxh3_128=xxh, batch=batch,
                     partition={"batch": batch, "label": str(label)}, compression=compression))
         schema = data_schema(cfg)
         m = Manifest(dataset=cfg.name, version=1, parent=None, created_at=now_iso(),

@@ -10,6 +10,7 @@ every live shard, so a reader needs one document, never a listing of ``shards/``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import xxhash
 
 from shardline import __version__
 from shardline.errors import ObjectExists, StoreError
@@ -39,6 +42,16 @@ class ShardEntry:
     partition: dict[str, str]      # hive partition values, e.g. {"batch": "...", "label": "3"}
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)   # column -> {min, max}
     compression: str = "none"
+    # Fast check of the same bytes (XXH3, 128 bit): what readers verify downloads and cached
+    # files against. sha256 stays the shard's content address (cache file names, plan
+    # fingerprints). Manifests written before this field existed have None here; readers
+    # then verify the sha256.
+    xxh3_128: str | None = None
+
+
+def content_digests(data: bytes | bytearray | memoryview) -> tuple[str, str]:
+    """``(sha256, xxh3_128)`` hex digests of a shard's bytes, as ``ShardEntry`` records them."""
+    return hashlib.sha256(data).hexdigest(), xxhash.xxh3_128_hexdigest(data)
 
 
 @dataclass(frozen=True)

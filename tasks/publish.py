@@ -89,7 +89,7 @@ def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
 def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str) -> ShardEntry:
     stats = {} if s.label_min is None else {"label": {"min": s.label_min, "max": s.label_max}}
     return ShardEntry(path=path, rows=s.rows, bytes=s.bytes, sha256=s.sha256, batch=bid,
-                      partition=part, stats=stats, compression=comp)
+                      partition=part, stats=stats, compression=comp, xxh3_128=s.xxh3_128)
 
 
 def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:

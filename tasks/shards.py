@@ -1,20 +1,20 @@
 """Writing Arrow IPC shards: buffers that cut rows into sized files and upload them.
 
 A shard is built in memory (``pa.BufferOutputStream``), hashed, and written with one PUT, so
-its sha256 and size are known exactly and a half-written shard never exists under a key.
+its digests and size are known exactly and a half-written shard never exists under a key.
 Pixels are appended to one ``bytearray`` per partition and become a ``fixed_size_binary``
 column without per-row Arrow objects.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from shardline.config import DatasetConfig
+from shardline.manifest import content_digests
 from shardline.schema import QUARANTINE_SCHEMA, data_schema
 from shardline.store import ObjectStore
 
@@ -29,6 +29,7 @@ class WrittenShard:
     label: int | None = None     # partition value when partitioned by label
     label_min: int | None = None
     label_max: int | None = None
+    xxh3_128: str | None = None
 
 
 def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.Buffer:
@@ -48,8 +49,8 @@ def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compr
     if kind == "data" and table.num_rows:
         labels = table.column("label")
         lmin, lmax = int(pa.compute.min(labels).as_py()), int(pa.compute.max(labels).as_py())
-    return WrittenShard(key, table.num_rows, buf.size, hashlib.sha256(buf).hexdigest(), kind,
-                        label, lmin, lmax)
+    sha, xxh = content_digests(memoryview(buf))
+    return WrittenShard(key, table.num_rows, buf.size, sha, kind, label, lmin, lmax, xxh)
 
 
 @dataclass

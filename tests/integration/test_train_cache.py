@@ -3,6 +3,7 @@ corrupt or partial file, verification against the manifest, the size bound, read
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -15,14 +16,22 @@ from shardline.errors import StoreError
 from shardline.manifest import Manifest
 from shardline.store import ObjectStore
 from tests.integration.trainer_data import digits_config, publish_version
-from trainer.cache import ShardCache
+from trainer.cache import ShardCache, expected_digest
 from trainer.fetch import ShardFetcher
 
 
-@pytest.fixture
-def version(store: ObjectStore) -> Manifest:
+@pytest.fixture(params=["xxh3_128", "sha256-only"])
+def version(store: ObjectStore, request: pytest.FixtureRequest) -> Manifest:
+    """A published version; "sha256-only" is how manifests written before the xxh3_128
+    field look (the cache then verifies sha256)."""
     cfg = digits_config(name="cachetest")
-    return publish_version(store, cfg.dataset, np.arange(600))
+    m = publish_version(store, cfg.dataset, np.arange(600))
+    assert all(e.xxh3_128 for e in m.shards)
+    if request.param == "sha256-only":
+        m = dataclasses.replace(
+            m, shards=[dataclasses.replace(e, xxh3_128=None) for e in m.shards])
+    assert {expected_digest(e)[0] for e in m.shards} == {request.param.split("-")[0]}
+    return m
 
 
 def sha(p: Path) -> str:
@@ -77,7 +86,9 @@ def test_object_that_no_longer_matches_its_manifest_is_refused(
     store.put_bytes(entry.path, b"not the published bytes")
     with pytest.raises(StoreError, match=entry.path) as exc:
         ShardCache(tmp_path, 1 << 30, store).ensure(entry)
-    assert entry.sha256 in str(exc.value) and "re-publish" in str(exc.value)
+    algorithm, digest = expected_digest(entry)
+    assert f"{algorithm} " in str(exc.value) and digest in str(exc.value)
+    assert "re-publish" in str(exc.value)
     assert not list(tmp_path.iterdir())                 # nothing left behind
 
 

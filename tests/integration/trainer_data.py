@@ -25,6 +25,7 @@ from shardline.manifest import (
     ShardEntry,
     code_version,
     commit_manifest,
+    content_digests,
     latest_manifest,
     now_iso,
 )
@@ -86,8 +87,9 @@ def build_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: n
         data = shard_bytes(cfg, part, compression)
         key = shard_key(cfg.prefix, batch, int(label), 0, f"run{version}")
         put(key, data)
-        new.append(ShardEntry(path=key, rows=len(part), bytes=len(data),
-                              sha256=hashlib.sha256(data).hexdigest(), batch=batch,
+        sha, xxh = content_digests(data)
+        new.append(ShardEntry(path=key, rows=len(part), bytes=len(data), sha256=sha,
+                              xxh3_128=xxh, batch=batch,
                               partition={"batch": batch, "label": str(label)},
                               compression=compression))
     schema = data_schema(cfg)
