@@ -1,4 +1,4 @@
-"""``docs/benchmarks.md`` and its plots from ``bench/results/{loader,convert,gpu}.json``.
+"""``docs/benchmarks.md`` and its plots from ``bench/results/{loader,convert,pipeline,gpu}.json``.
 
 The prose lives in ``bench/report_template.md``; ``{name}`` placeholders there are filled
 with tables and figures built here. Plots are PNGs under ``docs/bench/``.
@@ -124,10 +124,34 @@ def plots(loader: dict[str, Any] | None, convert: dict[str, Any] | None) -> dict
     return out
 
 
+def _pipeline_tables(r: dict[str, Any]) -> dict[str, str]:
+    from bench.pipeline import HOPS
+
+    rounds = r["rounds"]
+    cols = ["hop"] + [f"round {x['round']}" for x in rounds]
+    rows = [[name] + [x["hops_s"][name] for x in rounds] for name, _, _ in HOPS]
+    rows += [["**upload done -> version published**"]
+             + [x["upload_to_version_s"] for x in rounds],
+             ["**upload done -> training started**"]
+             + [x["upload_to_train_started_s"] for x in rounds]]
+    stages = sorted({s for x in rounds for s in x["ingest_tasks_s"]})
+    x0 = rounds[0]
+    return {
+        "pipeline": md_table(cols, rows),
+        "pipeline_tasks": md_table(["ingest task"] + cols[1:], [
+            [f"`{s}`"] + [x["ingest_tasks_s"].get(s) for x in rounds] for s in stages]),
+        "pipeline_drop": f"{x0['bytes'] / 1e6:.1f} MB, {x0['rows']:,} rows",
+        "pipeline_debounce": str(r["debounce_s"]),
+        "pipeline_elapsed": fmt(r["elapsed_s"]),
+        "pipeline_stack": f"stack up {fmt(r['stack_up_s'])} s, deploy {fmt(r['deploy_s'])} s",
+    }
+
+
 def fields() -> dict[str, str]:
     loader, convert, gpu = _load("loader"), _load("convert"), _load("gpu")
+    pipeline = _load("pipeline")
     f: dict[str, str] = {"plot_loader_S": "", "plot_loader_L": "", "plot_convert": ""}
-    bars = [b for r in (loader, convert, gpu) if r for b in r.get("bars", [])]
+    bars = [b for r in (loader, convert, pipeline, gpu) if r for b in r.get("bars", [])]
     f["bars"] = _bars_table(bars)
     first = loader or convert or gpu
     f["machine"] = _machine(first["machine"]) if first else "(no results yet)"
@@ -147,6 +171,8 @@ def fields() -> dict[str, str]:
               "convert_objects": str(convert["objects"]),
               "convert_rounds": f"{convert['rounds']['local']} (local disk), "
                                 f"{convert['rounds']['s3']} (S3)"}
+    if pipeline:
+        f |= _pipeline_tables(pipeline)
     if gpu:
         f["gpu"] = md_table(["feed", "samples/s", "data-wait share"], [
             [n, gpu["samples_per_s"][n], gpu["data_wait_share"][n]] for n in gpu["samples_per_s"]])

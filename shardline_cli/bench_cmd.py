@@ -2,6 +2,7 @@
 
     shardline bench loader  [--quick] [--json]    loader throughput, cold cache, memory
     shardline bench convert [--quick] [--json]    Spark conversion vs single-process pyarrow
+    shardline bench pipeline [--rounds N] [--json] upload -> version -> training started
     shardline bench gpu     [--json]              GPU feed (CPU run without CUDA)
     shardline bench learning                      learning quality (bench/learning.py)
     shardline bench all     [--quick] [--json]    the above but learning, then the report
@@ -65,6 +66,16 @@ def _convert(quick: bool) -> dict[str, Any]:
     return r
 
 
+def _pipeline(quick: bool, rounds: int | None = None, drop_mb: float = 10.0,
+              debounce: int = 5) -> dict[str, Any]:
+    from bench import pipeline
+    from bench.common import write_result
+
+    r = pipeline.run(rounds or (2 if quick else 3), drop_mb, debounce)
+    write_result("pipeline-quick" if quick else "pipeline", r)
+    return r
+
+
 def _gpu(quick: bool) -> dict[str, Any]:
     from bench import gpu_feed
     from bench.common import write_result
@@ -98,6 +109,20 @@ def register(app: typer.Typer) -> None:
 
         _emit(_convert(quick), as_json, print_tables)
 
+    @bench.command("pipeline")
+    def pipeline_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt,
+                     rounds: int = typer.Option(None, "--rounds", help="uploads, one after "
+                                                "another (default 3, 2 with --quick)"),
+                     drop_mb: float = typer.Option(10.0, "--drop-mb", help="size of each drop"),
+                     debounce: int = typer.Option(5, "--debounce", help="seconds the ingest "
+                                                  "trigger waits (prefect.yaml's default: 5)"),
+                     ) -> None:
+        """Upload -> event -> version -> training started on the embedded stack, per hop."""
+        _bench_path()
+        from bench.pipeline import print_tables
+
+        _emit(_pipeline(quick, rounds, drop_mb, debounce), as_json, print_tables)
+
     @bench.command("gpu")
     def gpu_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
         """ResNet-18 fed by the loader vs synthetic on-device batches (CPU without CUDA)."""
@@ -121,13 +146,16 @@ def register(app: typer.Typer) -> None:
 
     @bench.command("all")
     def all_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
-        """loader + convert + gpu; without --quick also rewrites docs/benchmarks.md."""
+        """loader + convert + pipeline + gpu; without --quick also rewrites
+        docs/benchmarks.md."""
         _bench_path()
-        from bench import convert, loader, report
+        from bench import convert, loader, pipeline, report
 
-        parts = {"loader": _loader(quick), "convert": _convert(quick), "gpu": _gpu(quick)}
+        parts = {"loader": _loader(quick), "convert": _convert(quick),
+                 "pipeline": _pipeline(quick), "gpu": _gpu(quick)}
         loader.print_tables(parts["loader"], stderr=as_json)
         convert.print_tables(parts["convert"], stderr=as_json)
+        pipeline.print_tables(parts["pipeline"], stderr=as_json)
         if not quick:
             path = report.write_report()
             print(f"report: {path}", file=sys.stderr)

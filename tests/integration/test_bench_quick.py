@@ -62,3 +62,33 @@ def test_loader_quick_json_has_positive_medians_and_ratios(tmp_path: Path) -> No
     m = result["machine"]
     assert m["cores"] >= 1 and m["memory_gb"] > 0 and "gpu" in m
     assert (tmp_path / "results" / "loader-quick.json").is_file()
+
+
+@pytest.mark.timeout(600)
+def test_pipeline_bench_times_every_hop_in_order(tmp_path: Path) -> None:
+    """One small drop through the real embedded stack: every hop is timed, the points of
+    the timeline come in causal order, and the version holds the drop's rows."""
+    env = dict(os.environ, SHARDLINE_BENCH_RESULTS=str(tmp_path / "results"))
+    proc = subprocess.run([str(SHARDLINE), "bench", "pipeline", "--rounds", "1", "--json",
+                           "--drop-mb", "0.5", "--debounce", "1"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["part"] == "pipeline" and len(result["rounds"]) == 1
+    r = result["rounds"][0]
+    assert r["rows_published"] == r["rows"] > 0 and r["bytes"] >= 0.5e6
+    t = r["timeline"]
+    order = ["put_start", "uploaded", "event_received", "ingest_created", "ingest_started",
+             "version_created", "train_created", "train_started", "train_finished"]
+    assert all(_positive(t[k]) for k in [*order, "ingest_due"]), t
+    # Prefect's clock and ours are the same machine's; allow 50 ms of timestamp rounding
+    assert all(t[a] <= t[b] + 0.05 for a, b in zip(order, order[1:], strict=False)), t
+    # the trigger schedules the run 1 s (the debounce) after the event; it starts no earlier
+    assert t["ingest_due"] - t["event_received"] >= 0.9
+    assert t["ingest_started"] >= t["ingest_due"]
+    assert all(isinstance(v, float) and v > -0.05 for v in r["hops_s"].values()), r["hops_s"]
+    assert {"convert", "validate", "publish"} <= set(r["ingest_tasks_s"])
+    assert {b["name"] for b in result["bars"]} == {
+        "pipeline.upload_to_train_started_s.worst",
+        "pipeline.upload_to_train_started_s.median_warm"}
+    assert (tmp_path / "results" / "pipeline.json").is_file()

@@ -1,0 +1,275 @@
+"""Pipeline latency on the embedded stack (issue 5, part 3), hop by hop.
+
+upload of a ~10 MB drop -> S3 notification -> SQS -> ``s3.object.created`` in Prefect ->
+``ingest-on-upload`` run (after the debounce) -> version published -> ``train-on-publish``
+run -> training started -> training finished.
+
+Everything is the real stack ``shardline up`` starts (moto S3 + SQS, Prefect server, a
+process worker, the SQS consumer, Spark Connect) with the deployments of ``prefect.yaml``;
+nothing calls a flow. Every time comes from a clock on this machine: the upload from the
+client, the event's ``received`` and the flow and task runs' ``created`` /
+``start_time`` / ``end_time`` from the Prefect API, the version's ``created_at`` from its
+manifest. Rounds run one after another (each waits for its training to finish); round 1
+is the cold one (first flow run of each deployment: the worker's first process start and
+import, Spark's first job), later rounds are warm.
+
+    .venv/bin/python -m bench.pipeline [--rounds 3] [--drop-mb 10] [--debounce 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.common import bar, machine, median, print_table, write_result
+
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+DATASET = "latency"
+SHAPE = (32, 32, 3)
+
+# The hops reported, as (name, from, to); the points are keys of a round's timeline. The
+# timeline also has "ingest_due": the run's expected start, which the trigger sets to the
+# event's time + the debounce (schedule_after), so it can come before the run is created.
+HOPS = [
+    ("upload (PUT of the drop)", "put_start", "uploaded"),
+    ("-> event received by Prefect", "uploaded", "event_received"),
+    ("-> ingest run created (trigger fired)", "event_received", "ingest_created"),
+    ("-> ingest run started (debounce, worker poll, process start)", "ingest_created",
+     "ingest_started"),
+    ("-> version published (detect..publish)", "ingest_started", "version_created"),
+    ("-> train run created (trigger fired)", "version_created", "train_created"),
+    ("-> train run started (worker poll + process start)", "train_created", "train_started"),
+    ("-> train run finished (1 epoch on CPU)", "train_started", "train_finished"),
+]
+
+
+def config_text() -> str:
+    h, w, c = SHAPE
+    return f"""# written by bench/pipeline.py
+[dataset]
+name = "{DATASET}"
+incoming = "incoming/{DATASET}/"
+classes = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]
+
+[dataset.image]
+shape = [{h}, {w}, {c}]
+
+[train]
+epochs = 1
+batch_size = 64
+"""
+
+
+def drop_bytes(target_mb: float, round_no: int, seed: int = 0) -> tuple[bytes, int]:
+    """A JSONL drop of base64 PNGs (synthetic pixels), at least ``target_mb`` MB; ids are
+    unique per round. Returns (bytes, rows)."""
+    import base64
+
+    from PIL import Image
+
+    rng = np.random.default_rng(seed + round_no)
+    h, w, c = SHAPE
+    lines: list[bytes] = []
+    size, i = 0, 0
+    while size < target_mb * 1e6:
+        small = rng.integers(0, 256, (h // 2, w // 2, c), dtype=np.uint8)
+        img = small.repeat(2, axis=0).repeat(2, axis=1)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="PNG")
+        line = json.dumps({"id": f"r{round_no}-{i:06d}", "label": int(rng.integers(0, 10)),
+                           "image": base64.b64encode(buf.getvalue()).decode()}).encode()
+        lines.append(line)
+        size += len(line) + 1
+        i += 1
+    return b"\n".join(lines) + b"\n", i
+
+
+# -- Prefect API ------------------------------------------------------------------------
+def _ts(value: str | None) -> float | None:
+    return None if value is None else datetime.fromisoformat(value).timestamp()
+
+
+def flow_runs(api: str, flow: str) -> list[dict[str, Any]]:
+    body = {"flows": {"name": {"any_": [flow]}}, "sort": "EXPECTED_START_TIME_ASC",
+            "limit": 200}
+    return httpx.post(f"{api}/flow_runs/filter", json=body, timeout=30).json()
+
+
+def task_runs(api: str, flow_run_id: str) -> list[dict[str, Any]]:
+    body = {"flow_runs": {"id": {"any_": [flow_run_id]}}, "sort": "EXPECTED_START_TIME_ASC",
+            "limit": 200}
+    return httpx.post(f"{api}/task_runs/filter", json=body, timeout=30).json()
+
+
+def events(api: str, name: str, resource_id: str, since: datetime) -> list[dict[str, Any]]:
+    body = {"filter": {"event": {"name": [name]}, "resource": {"id": [resource_id]},
+                       "occurred": {"since": since.isoformat()}}, "limit": 50}
+    return list(httpx.post(f"{api}/events/filter", json=body, timeout=30).json()["events"])
+
+
+def first(values: list[float | None]) -> float | None:
+    return min((v for v in values if v is not None), default=None)
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+# -- one round --------------------------------------------------------------------------
+def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
+              timeout_s: float) -> dict[str, Any]:
+    from shardline.manifest import list_versions, read_manifest
+
+    data, rows = drop_bytes(drop_mb, round_no)
+    key = f"{cfg.dataset.incoming}round-{round_no}/drop.jsonl"
+    since = datetime.now(UTC)
+    t = {"put_start": time.time()}
+    store.put_bytes(key, data)
+    t["uploaded"] = time.time()
+
+    wait_for(f"version {round_no}",
+             lambda: round_no in list_versions(store, cfg.dataset.prefix), timeout_s)
+    manifest = read_manifest(store, cfg.dataset.prefix, round_no)
+    ingest = wait_for(f"the ingest run of version {round_no}", lambda: next(
+        (r for r in flow_runs(api, "ingest") if r["name"] == f"ingest-{DATASET}-v{round_no}"
+         and r["state_type"] in TERMINAL), None), timeout_s)
+
+    def train_done() -> dict[str, Any] | None:
+        return next((r for r in flow_runs(api, "train")
+                     if r["parameters"].get("version") == round_no
+                     and r["state_type"] in TERMINAL), None)
+
+    train = wait_for(f"the train run for version {round_no}", train_done, timeout_s)
+    if train["state_type"] != "COMPLETED" or ingest["state_type"] != "COMPLETED":
+        raise RuntimeError(f"round {round_no}: ingest {ingest['state_type']}, train "
+                           f"{train['state_type']}; see the runs in the Prefect UI at {api}")
+    t["event_received"] = first([_ts(e.get("received")) for e in events(
+        api, "s3.object.created", f"s3://{store.bucket}/{key}", since)])
+    t["ingest_created"] = _ts(ingest["created"])
+    t["ingest_due"] = _ts(ingest["expected_start_time"])
+    t["ingest_started"] = _ts(ingest["start_time"])
+    # the published event is emitted right after the manifest's conditional write; the
+    # manifest's own created_at has whole seconds only
+    t["version_created"] = first([_ts(e["occurred"]) for e in events(
+        api, "shardline.dataset.published", f"shardline.dataset.{DATASET}", since)
+        if e.get("payload", {}).get("version") == round_no]) or _ts(manifest.created_at)
+    t["ingest_finished"] = _ts(ingest["end_time"])
+    t["train_created"] = _ts(train["created"])
+    t["train_started"] = _ts(train["start_time"])
+    t["train_finished"] = _ts(train["end_time"])
+    stages = {tr["name"].rsplit("-", 1)[0]: tr["total_run_time"]
+              for tr in task_runs(api, ingest["id"])}
+    hops = {name: (t[b] - t[a]) if t.get(a) and t.get(b) else None for name, a, b in HOPS}
+    return {
+        "round": round_no, "key": key, "bytes": len(data), "rows": rows,
+        "rows_published": manifest.new_rows, "timeline": t, "hops_s": hops,
+        "ingest_tasks_s": stages,
+        "upload_to_version_s": t["version_created"] - t["uploaded"],
+        "upload_to_train_started_s": t["train_started"] - t["uploaded"],
+        "upload_to_train_finished_s": t["train_finished"] - t["uploaded"],
+    }
+
+
+def run(rounds: int = 3, drop_mb: float = 10.0, debounce: int = 5, timeout_s: float = 300.0,
+        log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
+    from infra import procs, stack
+    from infra.deploy import DeploySpec, deploy
+    from infra.stack_state import StackConfig, stack_env
+    from shardline.config import StoreSettings, load_config
+    from shardline.store import ObjectStore
+
+    home = Path(tempfile.mkdtemp(prefix="shardline-pipeline-"))
+    cfg_path = home / f"{DATASET}.toml"
+    cfg_path.write_text(config_text())
+    cfg = load_config(cfg_path)
+    ports = {"s3": procs.free_port(), "prefect": procs.free_port(),
+             "spark": procs.free_port()}
+    result: dict[str, Any] = {"part": "pipeline", "machine": machine(), "rounds": [],
+                              "drop_mb": drop_mb, "debounce_s": debounce}
+    t0 = time.perf_counter()
+    try:
+        state = stack.up(StackConfig.resolve(home=home, ports=ports,
+                                             bucket="pipeline-bench")).state
+        result["stack_up_s"] = time.perf_counter() - t0
+        log(f"stack up in {result['stack_up_s']:.1f}s")
+        store = ObjectStore(StoreSettings.from_env(stack_env(state)))
+        t1 = time.perf_counter()
+        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url,
+                          debounce_seconds=debounce), store.settings)
+        result["deploy_s"] = time.perf_counter() - t1
+        log(f"deployed in {result['deploy_s']:.1f}s")
+        for r in range(1, rounds + 1):
+            got = one_round(store, state.prefect_api_url, cfg, r, drop_mb, timeout_s)
+            result["rounds"].append(got)
+            log(f"round {r}: {got['bytes'] / 1e6:.1f} MB, {got['rows']} rows -> version "
+                f"{got['upload_to_version_s']:.1f}s, train started "
+                f"{got['upload_to_train_started_s']:.1f}s, finished "
+                f"{got['upload_to_train_finished_s']:.1f}s")
+    finally:
+        stack.down(home, discard=True)
+        shutil.rmtree(home, ignore_errors=True)
+    warm = result["rounds"][1:] or result["rounds"]
+    result["median_warm"] = {
+        k: median([x[k] for x in warm])
+        for k in ("upload_to_version_s", "upload_to_train_started_s",
+                  "upload_to_train_finished_s")}
+    worst = max(x["upload_to_train_started_s"] for x in result["rounds"])
+    result["bars"] = [
+        bar("pipeline.upload_to_train_started_s.worst", worst, 30.0, op="<=",
+            note="every round, the cold first one included"),
+        bar("pipeline.upload_to_train_started_s.median_warm",
+            result["median_warm"]["upload_to_train_started_s"], 30.0, op="<="),
+    ]
+    result["elapsed_s"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+def print_tables(r: dict[str, Any], stderr: bool = False) -> None:
+    names = [h[0] for h in HOPS]
+    rounds = r["rounds"]
+    rows = [[n] + [x["hops_s"][n] for x in rounds] for n in names]
+    rows.append(["upload done -> version published"] + [x["upload_to_version_s"] for x in rounds])
+    rows.append(["upload done -> training started"]
+                + [x["upload_to_train_started_s"] for x in rounds])
+    print_table(f"pipeline latency, s (debounce {r['debounce_s']} s; round 1 cold)",
+                ["hop"] + [f"round {x['round']}" for x in rounds], rows, stderr)
+    stages = sorted({s for x in rounds for s in x["ingest_tasks_s"]})
+    print_table("ingest task run times, s", ["task"] + [f"round {x['round']}" for x in rounds],
+                [[s] + [x["ingest_tasks_s"].get(s) for x in rounds] for s in stages], stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--drop-mb", type=float, default=10.0)
+    p.add_argument("--debounce", type=int, default=5, help="seconds (prefect.yaml's default)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    a = p.parse_args(argv)
+    r = run(a.rounds, a.drop_mb, a.debounce)
+    write_result("pipeline", r)
+    print_tables(r, stderr=a.json)
+    if a.json:
+        print(json.dumps(r, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
