@@ -29,6 +29,21 @@ def get_session(settings: SparkSettings) -> Any:
         return spark
 
 
+def close_sessions(remote: str | None = None) -> None:
+    """Stop the cached sessions (those on ``remote`` only, when given).
+
+    Call it before stopping a Spark Connect server this process used: an open Connect
+    client sends clean-up calls at interpreter exit and retries them, with back-off, for
+    minutes against a server that is gone."""
+    with _lock:
+        for key in [k for k in _sessions if remote is None or k[0] == remote]:
+            spark = _sessions.pop(key)
+            try:
+                spark.stop()
+            except Exception as exc:  # a lost server: nothing left to release
+                log.debug("stopping Spark session %s: %s", key, exc)
+
+
 def _alive(spark: Any) -> bool:
     try:
         spark.range(1).count()

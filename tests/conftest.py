@@ -54,10 +54,13 @@ def store(store_settings: StoreSettings) -> ObjectStore:
 
 @pytest.fixture(scope="session")
 def spark_remote(server_dir: Path) -> Iterator[str]:
+    from tasks.spark import close_sessions
+
     svc = services.start_spark_connect(procs.free_port(), server_dir / "spark")
     try:
         yield svc.url
     finally:
+        close_sessions(svc.url)   # else the client retries its exit clean-up for minutes
         svc.stop()
 
 
