@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,6 +45,37 @@ class ObjectInfo:
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+class ByteStream:
+    """The body of one GET as chunks of ``chunk_bytes`` (the last may be shorter)."""
+
+    def __init__(self, body: Any, chunk_bytes: int,
+                 fail: Callable[[Exception], StoreError]) -> None:
+        self.body, self.chunk_bytes, self.fail = body, chunk_bytes, fail
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            chunk = self.body.read(self.chunk_bytes)
+        except BotoCoreError as exc:
+            self.close()
+            raise self.fail(exc) from exc
+        if not chunk:
+            self.close()
+            raise StopIteration
+        return bytes(chunk)
+
+    def close(self) -> None:
+        self.body.close()
+
+    def __enter__(self) -> ByteStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ObjectStore:
@@ -127,16 +158,52 @@ class ObjectStore:
             raise self._fail("head", key, exc) from exc
         return ObjectInfo(key, r["ETag"].strip('"'), int(r["ContentLength"]), r["LastModified"])
 
-    def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
-        """Whole object (or the inclusive byte range ``range_``)."""
+    def get_bytes(self, key: str, range_: tuple[int, int] | None = None, *,
+                  if_match: str | None = None) -> bytes:
+        """Whole object (or the inclusive byte range ``range_``).
+
+        Raises:
+            ObjectChanged: ``if_match`` was given and the object's ETag differs (HTTP 412).
+        """
+        response = self._get(key, range_, if_match)
+        try:
+            return response["Body"].read()
+        except BotoCoreError as exc:
+            raise self._fail("get", key, exc) from exc
+
+    def stream(self, key: str, *, if_match: str | None = None, chunk_bytes: int = 8 << 20,
+               ) -> tuple[ObjectInfo, ByteStream]:
+        """Start one GET of the whole object: its info (ETag, size) at once, its bytes as
+        chunks while they arrive, so a large object is scanned without being held whole.
+        Use the stream in a ``with`` block: leaving it early ends the transfer.
+
+        Raises:
+            ObjectChanged: ``if_match`` was given and the object's ETag differs (HTTP 412).
+        """
+        response = self._get(key, None, if_match)
+        info = ObjectInfo(key, str(response["ETag"]).strip('"'), int(response["ContentLength"]),
+                          response["LastModified"])
+        return info, ByteStream(response["Body"], chunk_bytes,
+                                lambda exc: self._fail("get", key, exc))
+
+    def _get(self, key: str, range_: tuple[int, int] | None, if_match: str | None
+             ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if range_ is not None:
             kwargs["Range"] = f"bytes={range_[0]}-{range_[1]}"
+        if if_match is not None:
+            kwargs["IfMatch"] = f'"{if_match}"'
         try:
-            return self.client.get_object(**kwargs)["Body"].read()
+            return dict(self.client.get_object(**kwargs))
         except ClientError as exc:
-            if _code(exc) in ("NoSuchKey", "404"):
+            code = _code(exc)
+            if code in ("NoSuchKey", "404"):
                 raise self._fail("get", key, exc, "the object does not exist") from exc
+            if if_match is not None and code in ("PreconditionFailed", "412"):
+                raise ObjectChanged(
+                    f"s3://{self.bucket}/{key} is no longer the version with ETag {if_match} "
+                    "(overwritten since it was listed); re-run so that it is listed again"
+                ) from exc
             raise self._fail("get", key, exc) from exc
         except BotoCoreError as exc:
             raise self._fail("get", key, exc) from exc

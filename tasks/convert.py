@@ -1,11 +1,15 @@
 """Convert: a batch of sources -> staged Arrow IPC shards + quarantine, with Spark.
 
-The driver packs sources into size-balanced groups (largest first onto the least-loaded
-task), runs one Spark task per group (``spark.range(n, numPartitions=n).mapInArrow``, see
-``convert_job``), collects the per-row metadata once (collecting twice would re-run the
-tasks), removes duplicate ids, and returns what publish and validate need. Every input row
-appears in the metadata exactly once: as a row of a staged data shard or as a quarantine
-row with its rule; an unreadable object is one quarantine row with ``source_row = -1``.
+The driver plans units of work (whole sources; where a batch has fewer objects than useful
+tasks, large JSONL and Parquet objects are cut into slices, see ``tasks.split``), packs them
+into size-balanced groups (largest first onto the least-loaded task), runs one Spark task
+per group (``spark.range(n, numPartitions=n).mapInArrow``, see ``convert_job``), collects
+the per-row metadata once (collecting twice would re-run the tasks), removes duplicate ids,
+and returns what publish and validate need. Every input row appears in the metadata exactly
+once: as a row of a staged data shard or as a quarantine row with its rule; an unreadable
+object is one quarantine row with ``source_row = -1``. Rows carry their position within
+the whole object, sliced or not, so the dedupe (first occurrence in (key, row) order wins)
+and the quarantine read the same either way.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import heapq
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,6 +34,7 @@ from tasks.convert_job import META_DDL, ConvertJob, run_partition
 from tasks.dedupe import find_duplicates, load_published_ids, remove_duplicates
 from tasks.detect import Batch, Source
 from tasks.shards import WrittenShard
+from tasks.split import SPLITTERS, Part
 
 log = logging.getLogger(__name__)
 
@@ -72,16 +78,18 @@ class Converted:
         return self.rows.filter(mask).column("id").combine_chunks()
 
 
-def plan_groups(sources: tuple[Source, ...], tasks: int) -> tuple[tuple[Source, ...], ...]:
-    """Pack sources into at most ``tasks`` groups of similar byte size (LPT scheduling)."""
-    n = max(1, min(tasks, len(sources)))
+def plan_groups(units: Sequence[Source | Part], tasks: int) -> tuple[tuple[Part, ...], ...]:
+    """Pack units of work (sources, taken whole, or parts from :func:`plan_parts`) into at
+    most ``tasks`` groups of similar byte size (LPT scheduling)."""
+    parts = [u if isinstance(u, Part) else Part.of(u) for u in units]
+    n = max(1, min(tasks, len(parts)))
     heap = [(0, i) for i in range(n)]
-    groups: list[list[Source]] = [[] for _ in range(n)]
-    for src in sorted(sources, key=lambda s: (-s.size, s.key)):
+    groups: list[list[Part]] = [[] for _ in range(n)]
+    for part in sorted(parts, key=lambda p: (-p.size, p.key, p.start)):
         load, i = heapq.heappop(heap)
-        groups[i].append(src)
-        heapq.heappush(heap, (load + max(src.size, 1), i))
-    return tuple(tuple(sorted(g, key=lambda s: s.key)) for g in groups if g)
+        groups[i].append(part)
+        heapq.heappush(heap, (load + max(part.size, 1), i))
+    return tuple(tuple(sorted(g, key=lambda p: (p.key, p.start))) for g in groups if g)
 
 
 # Below this much input per task, splitting further costs more (more, smaller shards and
@@ -89,10 +97,47 @@ def plan_groups(sources: tuple[Source, ...], tasks: int) -> tuple[tuple[Source, 
 MIN_TASK_BYTES = 8 * 1024 * 1024
 
 
-def plan_task_count(batch: Batch, parallelism: int) -> int:
+def useful_tasks(total_bytes: int, parallelism: int, min_task_bytes: int = MIN_TASK_BYTES
+                 ) -> int:
     """Two tasks per core for large batches (stragglers even out), fewer for small ones."""
-    by_size = -(-batch.bytes // MIN_TASK_BYTES)
-    return max(1, min(2 * parallelism, by_size, len(batch.sources)))
+    by_size = -(-total_bytes // max(1, min_task_bytes))
+    return max(1, min(2 * parallelism, by_size))
+
+
+def plan_task_count(batch: Batch, parallelism: int) -> int:
+    """Tasks for the batch's sources taken whole: :func:`useful_tasks`, but no more than
+    there are sources (what :func:`plan_parts` raises by slicing large objects)."""
+    return max(1, min(useful_tasks(batch.bytes, parallelism), len(batch.sources)))
+
+
+def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MIN_TASK_BYTES
+                 ) -> list[int]:
+    """How many slices to cut each source into (1: keep it whole). Only when there are fewer
+    sources than ``tasks``: then each JSONL or Parquet object larger than a task's share of
+    the bytes (never less than ``min_task_bytes``) gets about one slice per share."""
+    if len(sources) >= tasks:
+        return [1] * len(sources)
+    share = max(1, min_task_bytes, -(-sum(s.size for s in sources) // tasks))
+    return [-(-s.size // share) if s.format in SPLITTERS else 1 for s in sources]
+
+
+def plan_parts(store: ObjectStore, sources: Sequence[Source], tasks: int,
+               min_task_bytes: int = MIN_TASK_BYTES) -> tuple[Part, ...]:
+    """The units of work for ``tasks`` tasks: whole sources, and slices of the large objects
+    :func:`slice_counts` picks, so that one large upload keeps every core busy. The driver
+    reads each object it cuts once (JSONL, streamed) or only its footer (Parquet), see
+    ``tasks.split``; an object it cannot plan stays whole."""
+    parts: list[Part] = []
+    for src, pieces in zip(sources, slice_counts(sources, tasks, min_task_bytes), strict=True):
+        if pieces < 2:
+            parts.append(Part.of(src))
+            continue
+        sliced = SPLITTERS[src.format](store, src, pieces)
+        if len(sliced) > 1:
+            log.info("%s: %d bytes in %d slices (%s)", src.key, src.size, len(sliced),
+                     ", ".join(f"{p.start}..{p.stop} from row {p.first_row}" for p in sliced))
+        parts.extend(sliced)
+    return tuple(parts)
 
 
 def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:
@@ -106,22 +151,29 @@ def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:
 
 def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSettings,
             batch: Batch, run_id: str, latest: Manifest | None, tasks: int | None = None,
-            ) -> Converted:
-    """Convert ``batch`` into staged shards under ``staging/<run_id>/``."""
+            min_task_bytes: int = MIN_TASK_BYTES) -> Converted:
+    """Convert ``batch`` into staged shards under ``staging/<run_id>/``.
+
+    ``tasks`` (default: :func:`useful_tasks` for the Spark session's cores) and
+    ``min_task_bytes`` steer the planning only; the rows, their ``source_row`` and what is
+    published do not depend on them."""
     t0 = time.perf_counter()
     if tasks is None:
-        tasks = plan_task_count(batch, spark_sessions.default_parallelism(
-            spark_sessions.get_session(spark_settings)))
+        tasks = useful_tasks(batch.bytes, spark_sessions.default_parallelism(
+            spark_sessions.get_session(spark_settings)), min_task_bytes)
     t_session = time.perf_counter()
-    job = ConvertJob(cfg, store.settings, run_id, plan_groups(batch.sources, tasks))
+    parts = plan_parts(store, batch.sources, tasks, min_task_bytes)
+    job = ConvertJob(cfg, store.settings, run_id, plan_groups(parts, tasks))
+    t_plan = time.perf_counter()
     meta = run_spark(job, spark_settings)
     t_spark = time.perf_counter()
     result = assemble(store, cfg, batch, run_id, latest, meta)
-    result.timings = {"session_s": t_session - t0, "spark_job_s": t_spark - t_session,
-                      "dedupe_s": time.perf_counter() - t_spark}
-    log.info("converted batch %s: %d rows in, %d ok, %d quarantined %s in %.1fs (%d tasks)",
-             batch.id, result.rows_in, result.rows_ok, result.rows_quarantined,
-             result.by_rule, time.perf_counter() - t0, len(job.groups))
+    result.timings = {"session_s": t_session - t0, "plan_s": t_plan - t_session,
+                      "spark_job_s": t_spark - t_plan, "dedupe_s": time.perf_counter() - t_spark}
+    log.info("converted batch %s: %d rows in, %d ok, %d quarantined %s in %.1fs "
+             "(%d tasks, %d units of work)", batch.id, result.rows_in, result.rows_ok,
+             result.rows_quarantined, result.by_rule, time.perf_counter() - t0,
+             len(job.groups), len(parts))
     return result
 
 
@@ -133,7 +185,8 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     shards = [
         WrittenShard(path=s["shard"], rows=s["shard_row"], bytes=s["bytes"],
                      sha256=s["sha256"], kind=s["status"], label=s["label"],
-                     label_min=s["label_min"], label_max=s["label_max"])
+                     label_min=s["label_min"], label_max=s["label_max"],
+                     xxh3_128=s["xxh3_128"])
         for s in shards_meta.to_pylist()
     ]
     data = sorted((s for s in shards if s.kind == "data"), key=lambda s: s.path)

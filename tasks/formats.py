@@ -5,7 +5,9 @@ A reader yields :class:`Record` (a row that parsed: id, label and image still ra
 at all raises :class:`Unreadable`; the converter then quarantines the whole object as one
 row with ``source_row = -1``. Row indices are 0-based positions within the object (the line
 for JSONL, the data row for CSV, the table row for Parquet and Zarr, 0 for an image file),
-so a person can find the row again.
+so a person can find the row again. A slice of a large object (``tasks.split``) numbers
+its rows the same way, and never raises :class:`Unreadable`: only an object that could be
+planned is sliced, so "cannot be read at all" stays one row per object.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.config import DatasetConfig
+from shardline.errors import ObjectChanged, StoreError
 from shardline.store import ObjectStore
 from tasks.detect import Source
+from tasks.split import Part, RangedObject
 
 ZARR_CHUNK_ROWS = 4096
 
@@ -58,9 +62,15 @@ class Unreadable(Exception):
         self.message = message
 
 
-def read_source(store: ObjectStore, src: Source, cfg: DatasetConfig
+def read_source(store: ObjectStore, part: Part, cfg: DatasetConfig
                 ) -> Iterator[Record | Problem]:
-    """Dispatch on ``src.format``."""
+    """Dispatch on the format of ``part.source``; a slice of a large object (see
+    ``tasks.split``) reads only its byte range or row groups."""
+    src = part.source
+    if not part.whole:
+        slice_readers = {"jsonl": _read_jsonl_slice, "parquet": _read_parquet_slice}
+        yield from slice_readers[src.format](store, part, cfg)
+        return
     if src.format == "zarr":
         yield from read_zarr(store, src, cfg)
         return
@@ -78,16 +88,41 @@ def read_source(store: ObjectStore, src: Source, cfg: DatasetConfig
     yield from readers[src.format](data, src, cfg)
 
 
-def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+def _changed(part: Part, exc: ObjectChanged) -> ObjectChanged:
+    return ObjectChanged(
+        f"{exc}. It changed while convert read it in slices ({part.describe()}); nothing of "
+        "this run is published: re-run the ingest, which lists the new upload as a new source")
+
+
+def _read_jsonl_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+                      ) -> Iterator[Record | Problem]:
+    """Lines of a byte range that starts and ends on a line boundary (the last slice ends
+    where the object ends, so a cut-off last line is still seen as one)."""
+    assert part.stop is not None
+    try:
+        data = store.get_bytes(part.key, (part.start, part.stop - 1), if_match=part.etag)
+    except ObjectChanged as exc:
+        raise _changed(part, exc) from exc
+    if len(data) != part.stop - part.start:
+        raise StoreError(f"s3://{store.bucket}/{part.key}: read {len(data)} bytes of "
+                         f"{part.describe()}; re-run")
+    yield from read_jsonl(data, part.source, cfg, first_row=part.first_row)
+
+
+def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
+               ) -> Iterator[Record | Problem]:
+    """Lines of ``data``; ``first_row`` is the line number of its first line within the
+    object (non-zero for a slice), so rows are numbered as in the whole object."""
     lines = data.split(b"\n")
     last = len(lines) - 1
-    for i, line in enumerate(lines):
+    for j, line in enumerate(lines):
         if not line.strip():
             continue
+        i = first_row + j
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            cut = i == last and not data.endswith(b"\n")
+            cut = j == last and not data.endswith(b"\n")
             rule = "truncated_file" if cut else "unparseable_record"
             why = "the last line is cut off (no newline, invalid JSON)" if cut else \
                 f"invalid JSON: {exc}"
@@ -99,7 +134,7 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record 
             continue
         yield Record(i, obj.get(cfg.id_column), obj.get(cfg.label_column),
                      obj.get(cfg.image.column), line,
-                     tail_cut=i == last and not data.endswith(b"\n"))
+                     tail_cut=j == last and not data.endswith(b"\n"))
 
 
 def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
@@ -149,16 +184,53 @@ def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Recor
     except (pa.ArrowInvalid, OSError) as exc:
         rule = "truncated_file" if not data.endswith(b"PAR1") else "unreadable_object"
         raise Unreadable(rule, f"not a readable Parquet file: {exc}") from exc
+    yield from _parquet_records(table, cfg)
+
+
+def _parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
+                     ) -> Iterator[Record | Problem]:
     cols = {}
     for name in (cfg.id_column, cfg.label_column, cfg.image.column):
         cols[name] = table.column(name).to_pylist() if name in table.column_names else None
     for i in range(table.num_rows):
         yield Record(
-            i,
+            first_row + i,
             cols[cfg.id_column][i] if cols[cfg.id_column] is not None else None,
             cols[cfg.label_column][i] if cols[cfg.label_column] is not None else None,
             cols[cfg.image.column][i] if cols[cfg.image.column] is not None else None,
         )
+
+
+def _read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+                        ) -> Iterator[Record | Problem]:
+    """Rows of a range of row groups, one row group at a time, read with ranged GETs (the
+    footer, then each row group's column chunks)."""
+    assert part.stop is not None
+    row = part.first_row
+    try:
+        with pq.ParquetFile(RangedObject(store, part.key, part.source.size, part.etag)) as pf:
+            names = [n for n in (cfg.id_column, cfg.label_column, cfg.image.column)
+                     if n in pf.schema_arrow.names]
+            for g in range(part.start, part.stop):
+                rows = pf.metadata.row_group(g).num_rows
+                try:
+                    table = pf.read_row_group(g, columns=names)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    # The footer parsed (here and when the slice was planned) but this row
+                    # group does not decode: quarantine each of its rows, so that the rows
+                    # of the other row groups still count exactly once.
+                    for i in range(rows):
+                        yield Problem(row + i, "unparseable_record",
+                                      f"row group {g} ({rows} rows) does not decode: {exc}")
+                    row += rows
+                    continue
+                if table.num_rows != rows:
+                    raise StoreError(f"s3://{store.bucket}/{part.key}: row group {g} decoded "
+                                     f"to {table.num_rows} rows, the footer says {rows}; re-run")
+                yield from _parquet_records(table, cfg, row)
+                row += rows
+    except ObjectChanged as exc:
+        raise _changed(part, exc) from exc
 
 
 def read_image_file(data: bytes, src: Source, cfg: DatasetConfig
