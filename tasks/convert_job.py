@@ -4,9 +4,12 @@ Spark has no s3a connector here, and moving payload bytes through the JVM costs 
 the DataFrame Spark schedules holds only task numbers; each task looks up its group of
 object keys, reads them itself through the S3 API, decodes images once, and writes its own
 staged shards under ``staging/<run>/`` with its task number *and attempt number* in the
-file name (a retried or speculative attempt never overwrites another attempt's file). It
-returns one small metadata row per input row (and one per shard written); only what the
-driver collects from the successful attempts is ever published.
+file name (a retried or speculative attempt never overwrites another attempt's file). Two
+slices of one large object (``tasks.split``) are two units of work, in different tasks or
+one after the other through the same task's writer (whose sequence number goes on), so
+they never share a name either. It returns one small metadata row per input row (and one
+per shard written); only what the driver collects from the successful attempts is ever
+published.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tasks.detect import Source
 from tasks.formats import Problem, Record, Unreadable, read_source
 from tasks.rows import Normaliser, RowError
 from tasks.shards import DataShardWriter, WrittenShard, put_shard, quarantine_table
+from tasks.split import Part
 
 META_SCHEMA = pa.schema(
     [
@@ -37,6 +41,7 @@ META_SCHEMA = pa.schema(
         ("shard_row", pa.int64()),    # row: index within the shard; shard: row count
         ("bytes", pa.int64()),
         ("sha256", pa.string()),
+        ("xxh3_128", pa.string()),
         ("label_min", pa.int16()),
         ("label_max", pa.int16()),
     ]
@@ -50,7 +55,7 @@ class ConvertJob:
     cfg: DatasetConfig
     store: StoreSettings
     run_id: str
-    groups: tuple[tuple[Source, ...], ...]
+    groups: tuple[tuple[Part, ...], ...]     # per task: whole sources and slices of large ones
 
 
 def run_partition(job: ConvertJob, batches: Iterator[pa.RecordBatch]
@@ -67,8 +72,9 @@ def run_partition(job: ConvertJob, batches: Iterator[pa.RecordBatch]
 
 
 def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
-                  sources: tuple[Source, ...], task: int, attempt: int = 0) -> pa.RecordBatch:
-    """Convert one group of sources; returns the metadata rows (``META_SCHEMA``)."""
+                  parts: tuple[Part, ...], task: int, attempt: int = 0) -> pa.RecordBatch:
+    """Convert one group of units (whole sources or slices); returns the metadata rows
+    (``META_SCHEMA``)."""
     stage = staging_prefix(cfg.prefix, run_id)
     by_label = "label" in cfg.shards.partition_by
 
@@ -79,11 +85,12 @@ def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
     writer = DataShardWriter(store, cfg, key_for)
     norm = Normaliser(cfg)
     bad: list[dict] = []
-    for src in sources:
+    for part in parts:
+        src = part.source
         try:
-            for rec in read_source(store, src, cfg):
+            for rec in read_source(store, part, cfg):
                 _check(rec, src, norm, writer, bad)
-        except Unreadable as exc:
+        except Unreadable as exc:   # only ever a whole source: one row for the object
             bad.append(dict(source_key=src.key, source_row=-1, rule=exc.rule,
                             message=f"s3://{store.bucket}/{src.key}: {exc.message}"))
     written = writer.close()
@@ -137,5 +144,6 @@ def _metadata(writer: DataShardWriter, bad: list[dict], written: list[WrittenSha
             source_row=b["source_row"], rule=b["rule"])
     for s in written:
         row(kind="shard", status=s.kind, label=s.label, shard=s.path, shard_row=s.rows,
-            bytes=s.bytes, sha256=s.sha256, label_min=s.label_min, label_max=s.label_max)
+            bytes=s.bytes, sha256=s.sha256, xxh3_128=s.xxh3_128, label_min=s.label_min,
+            label_max=s.label_max)
     return pa.RecordBatch.from_pydict(cols, schema=META_SCHEMA)
