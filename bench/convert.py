@@ -5,8 +5,10 @@ pyarrow conversion of the same input, writing to local disk and to the S3 server
     .venv/bin/python -m bench.convert [--quick] [--records N] [--json]
     .venv/bin/shardline bench convert [--quick] [--json]
 
-The input is split over several objects (``--objects``, default 8): the Spark stage runs one
-task per group of whole objects. Figures: rows/s and input MB/s per cell (median of
+The input is split over several objects (``--objects``, default 8), packed into Spark tasks
+by size. One more cell converts the same records as ONE JSONL object on the S3 server at
+local[1] and local[2]: the driver cuts it into byte-range slices (``tasks.split``), or it
+would be a single task. Figures: rows/s and input MB/s per cell (median of
 interleaved rounds), the split of a Spark run (JVM start, first job, conversion: session
 check + Spark job + driver-side dedupe, validation with great-expectations).
 """
@@ -54,11 +56,11 @@ class Cells:
     """One function per (target, format, contender), each timing one conversion pass."""
 
     def __init__(self, spec: InputSpec, paths: dict[str, list[Path]], store: ObjectStore,
-                 servers: dict[str, cs.SparkServer], scratch: Path) -> None:
+                 servers: dict[str, cs.SparkServer], scratch: Path, prefix: str = IN) -> None:
         self.spec, self.store, self.servers, self.scratch = spec, store, servers, scratch
         self.cfg = dataset(spec)
         self.local = LocalDirStore(scratch / "local")
-        self.keys = {f: [f"{IN}/{f}/{p.name}" for p in ps] for f, ps in paths.items()}
+        self.keys = {f: [f"{prefix}/{f}/{p.name}" for p in ps] for f, ps in paths.items()}
         self.sizes = {f: [p.stat().st_size for p in ps] for f, ps in paths.items()}
         for f, ps in paths.items():
             for key, p in zip(self.keys[f], ps, strict=True):
@@ -181,6 +183,12 @@ def run(quick: bool = False, records: int | None = None, objects: int = 8,
                              lambda r: log(f"local disk: round {r + 1} of {n_local} done"))
         values |= interleaved(cells.fns("s3", {f: one for f in FORMATS}), n_s3,
                               lambda r: log(f"S3: round {r + 1} of {n_s3} done"))
+        # the same records as one JSONL object: sliced by the driver into byte ranges
+        big = InputSpec(spec.records, 1)
+        big_cells = Cells(big, {"jsonl": ensure_inputs(big)["jsonl"]}, store,
+                          {s.master: s for s in servers}, scratch, prefix=f"{IN}/one-object")
+        big_values = interleaved(big_cells.fns("s3-1obj", {"jsonl": both}), n_s3,
+                                 lambda r: log(f"S3, one object: round {r + 1} of {n_s3} done"))
         result: dict[str, Any] = {
             "part": "convert", "quick": quick, "machine": machine(), "records": spec.records,
             "objects": len(spec.parts()), "shape": list(spec.shape), "input_mb": input_mb,
@@ -188,7 +196,9 @@ def run(quick: bool = False, records: int | None = None, objects: int = 8,
             "rounds": {"local": n_local, "s3": n_s3},
             "spark": {s.master: {"jvm_start_s": s.jvm_start_s, "first_job_s": s.first_job_s}
                       for s in servers},
-            "cells": _summary(spec, values, cells, input_mb), "validation": _validation(cells)}
+            "cells": _summary(spec, values, cells, input_mb)
+            | _summary(big, big_values, big_cells, input_mb),
+            "validation": _validation(cells)}
     finally:
         cs.stop_servers(servers)
         moto.stop()
@@ -207,6 +217,10 @@ def bars(r: dict[str, Any]) -> list[dict[str, Any]]:
         if "local2_vs_local1" in cell:
             out.append(bar(f"convert.local.{fmt}.local2_vs_local1", cell["local2_vs_local1"],
                            1.0, op=">", note="local[2] faster than local[1]"))
+    one = r["cells"].get("s3-1obj/jsonl")
+    if one and "local2_vs_local1" in one:
+        out.append(bar("convert.s3.one_jsonl_object.local2_vs_local1", one["local2_vs_local1"],
+                       1.0, op=">", note="the input as one object, cut into slices"))
     return out
 
 

@@ -61,10 +61,10 @@ def _convert_table(r: dict[str, Any]) -> str:
             if c in cell:
                 v = cell[c]
                 rows.append([f"{key} `{c}`", v["rows_per_s"], v["input_mb_per_s"], v["seconds"],
-                             v["vs_pyarrow"], v["split"].get("spark_job_s"),
-                             v["split"].get("dedupe_s")])
-    return md_table(["cell", "rows/s", "input MB/s", "seconds", "x pyarrow", "Spark job s",
-                     "driver dedupe s"], rows)
+                             v["vs_pyarrow"], v["split"].get("plan_s"),
+                             v["split"].get("spark_job_s"), v["split"].get("dedupe_s")])
+    return md_table(["cell", "rows/s", "input MB/s", "seconds", "x pyarrow", "driver plan s",
+                     "Spark job s", "driver dedupe s"], rows)
 
 
 def _bars_table(bars: list[dict[str, Any]]) -> str:
