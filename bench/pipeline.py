@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.common import bar, machine, median, print_table, write_result
+from bench.common import RESULTS, bar, machine, median, print_table, write_result
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 DATASET = "latency"
@@ -225,6 +225,13 @@ def run(rounds: int = 3, drop_mb: float = 10.0, debounce: int = 5, timeout_s: fl
                 f"{got['upload_to_train_finished_s']:.1f}s")
     finally:
         stack.down(home, discard=True)
+        slow = [x for x in result["rounds"] if x["upload_to_train_started_s"] > 30.0]
+        if slow or len(result["rounds"]) < rounds:   # keep the evidence of a slow round
+            kept = RESULTS / "pipeline-logs"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(home / "logs", kept, dirs_exist_ok=True)
+            result["logs_kept"] = str(kept)
+            log(f"a round was over 30 s or failed: the stack's logs are in {kept}")
         shutil.rmtree(home, ignore_errors=True)
     warm = result["rounds"][1:] or result["rounds"]
     result["median_warm"] = {
