@@ -26,6 +26,7 @@ def worker_env(cfg: StackConfig) -> dict[str, str]:
         PREFECT_HOME=str(cfg.home / "worker"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_WORKER_QUERY_SECONDS="2",
+        PREFECT_WORKER_HEARTBEAT_SECONDS="5",
         SHARDLINE_HOME=str(cfg.home),
         SHARDLINE_S3_ENDPOINT_URL=f"http://127.0.0.1:{cfg.ports['s3']}",
         SHARDLINE_BUCKET=cfg.bucket,
