@@ -6,7 +6,7 @@ Imports neither Prefect nor PySpark, so it runs alone in a GPU image and under t
 :func:`trainer.run.train`; modules, in data order:
 
   plan      new shards since the parent model + replay sample; held-out split (split)
-  cache     bounded local cache of whole, sha256-verified shard files; fetch: read-ahead
+  cache     bounded local cache of whole, digest-verified shard files; fetch: read-ahead
   shard     memory-mapped Arrow IPC -> numpy views; reader: shared gather
   order     seeded epoch order: shard order, windows, permutation, rank shares
   stream    the torchdata node producing batches; loader: pipeline + evaluation pass

@@ -11,8 +11,8 @@ The digest checked is the manifest's XXH3-128 (~20 GB/s on one core) when the en
 one, else its sha256 (~1.8 GB/s: on a small machine it cost more CPU than receiving the
 bytes). Transfer errors are also caught by S3's own CRC, which botocore checks on every
 GET that returns one; the digest here ties the bytes to the manifest and catches a
-corrupted or truncated cache file. Bytes are received into one reused buffer per fetch
-thread (``readinto``), not a fresh ``bytes`` per chunk.
+corrupted or truncated cache file. Each fetch thread reads into one reused buffer
+(``readinto``), hashes and writes from it.
 
 The size bound is enforced by least-recently-used eviction after each download (files are
 touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:

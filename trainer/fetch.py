@@ -3,7 +3,7 @@
 ``ShardFetcher`` runs cache downloads on a small thread pool. The loader announces the
 shards it will need, in the order it will need them (``prefetch``), a bounded number of bytes
 ahead; ``path`` then blocks only if that shard's download has not finished yet, which is
-the data wait the trainer reports. Downloads are I/O and sha256 (both release the GIL), so
+the data wait the trainer reports. Downloads are mostly I/O (which releases the GIL), so
 threads overlap them with training compute, and the first epoch streams while it fetches.
 
 ``LocalShards`` serves a dataset whose shard paths are files under a local folder (tests,
