@@ -226,7 +226,8 @@ def run(rounds: int = 3, drop_mb: float = 10.0, debounce: int = 5, timeout_s: fl
     finally:
         stack.down(home, discard=True)
         slow = [x for x in result["rounds"] if x["upload_to_train_started_s"] > 30.0]
-        if slow or len(result["rounds"]) < rounds:   # keep the evidence of a slow round
+        if (slow or len(result["rounds"]) < rounds) and (home / "logs").is_dir():
+            # keep the evidence of a slow or failed round
             kept = RESULTS / "pipeline-logs"
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(home / "logs", kept, dirs_exist_ok=True)
