@@ -62,7 +62,11 @@ def start(
     cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``cmd`` detached in its own process group, stdout+stderr appended to ``log_path``."""
+    """Start ``cmd`` detached in its own process group, stdout+stderr appended to ``log_path``.
+
+    SIGINT and SIGQUIT are reset to their defaults in the child: a launcher started in the
+    background by a non-interactive shell (``nohup ... &``, some CI runners) ignores them,
+    children inherit that, and a server we stop with SIGINT would then never stop."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         # Logs are appended across restarts; a header marks where this run begins.
@@ -72,7 +76,14 @@ def start(
         return subprocess.Popen(
             list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            preexec_fn=_default_signals,
         )
+
+
+def _default_signals() -> None:
+    """In the forked child, before exec: the signals we stop servers with take effect."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def alive(pid: int) -> bool:
