@@ -34,6 +34,7 @@ import httpx
 import numpy as np
 
 from bench.common import RESULTS, bar, machine, median, print_table, write_result
+from shardline_cli.demo_cmd import wait_for
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 DATASET = "latency"
@@ -121,16 +122,6 @@ def events(api: str, name: str, resource_id: str, since: datetime) -> list[dict[
 
 def first(values: list[float | None]) -> float | None:
     return min((v for v in values if v is not None), default=None)
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 # -- one round --------------------------------------------------------------------------
