@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,16 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "digits.t
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def train_run(api: str, version: int) -> dict[str, Any] | None:
-    """The newest ``train`` flow run for dataset ``version``, if any."""
+def train_run(api: str, version: int, since: datetime) -> dict[str, Any] | None:
+    """The newest ``train`` flow run for dataset ``version`` created after ``since``, if any.
+
+    Prefect's database outlives the S3 objects (``shardline down --discard``, a deleted
+    snapshot), so runs of an earlier demo for the same version number may still be there."""
     body = {"flows": {"name": {"any_": ["train"]}}, "sort": "EXPECTED_START_TIME_DESC",
             "limit": 50}
     runs = httpx.post(f"{api}/flow_runs/filter", json=body, timeout=10).json()
-    return next((r for r in runs if r["parameters"].get("version") == version), None)
+    return next((r for r in runs if r["parameters"].get("version") == version
+                 and datetime.fromisoformat(r["created"]) >= since), None)
 
 
 def wait_for(what: str, check: Any, timeout_s: float) -> Any:
@@ -57,13 +62,15 @@ def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | No
     return None
 
 
-def report_training(api: str, store: Any, cfg: Any, version: int, t0: float) -> None:
+def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
+                    since: datetime) -> None:
+    """``t0``: monotonic time of the upload; ``since``: wall time of the upload (UTC)."""
     from shardline_cli.main import out
 
-    run = wait_for(f"the training run for version {version}", lambda: train_run(api, version),
-                   120)
+    run = wait_for(f"the training run for version {version}",
+                   lambda: train_run(api, version, since), 120)
     started = time.monotonic() - t0
-    run = wait_for("training to finish", lambda: (r := train_run(api, version)) and
+    run = wait_for("training to finish", lambda: (r := train_run(api, version, since)) and
                    r["state_type"] in TERMINAL and r, 600)
     if run["state_type"] != "COMPLETED":
         out.print(f"[red]training run {run['name']} ended {run['state_type']}[/]")
@@ -111,6 +118,7 @@ def register(app: typer.Typer) -> None:
                   f"Spark {state.spark_remote}")
         api = state.prefect_api_url
 
+        since = datetime.now(UTC)
         up = demo_data.upload_demo_part(store, cfg.dataset.incoming, 1)
         out.print(f"[bold]upload 1[/]: {up['objects']} object, {up['rows']} rows -> "
                   "ingest flow (direct run)")
@@ -121,9 +129,10 @@ def register(app: typer.Typer) -> None:
         else:
             print_ingest(r)
             if r["created"]:
-                report_training(api, store, cfg, r["version"], t0)
+                report_training(api, store, cfg, r["version"], t0, since)
 
         before = list_versions(store, cfg.dataset.prefix)
+        since = datetime.now(UTC)
         up = demo_data.upload_demo_part(store, cfg.dataset.incoming, 2)
         t0 = time.monotonic()
         out.print(f"[bold]upload 2[/]: {up['objects']} objects, {up['rows']} rows -> S3 "
@@ -135,7 +144,7 @@ def register(app: typer.Typer) -> None:
             v = wait_for("version 2 to be published", lambda: [
                 x for x in list_versions(store, cfg.dataset.prefix) if x not in before], 300)[0]
             out.print(f"  version {v} published {time.monotonic() - t0:.1f}s after the upload")
-            report_training(api, store, cfg, v, t0)
+            report_training(api, store, cfg, v, t0, since)
         out.print(f"\n[bold]Prefect UI:[/] {state.prefect_ui_url}  (flow runs; artifacts "
                   f"{cfg.dataset.name}-versions, -validation, -quarantine, -training, "
                   "-training-curve)\nstop the stack with: .venv/bin/shardline down")
