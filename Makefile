@@ -42,7 +42,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit
 
 lint: setup
-	$(BIN)/ruff check shardline shardline_cli tasks flows trainer infra tests
+	$(BIN)/ruff check shardline tasks flows trainer infra bench tests
 
 up: setup
 	$(BIN)/shardline up

@@ -24,14 +24,14 @@ import pyarrow.parquet as pq
 import torch
 
 from bench.loader_data import SetFiles
-from shardline.config import TrainConfig
-from shardline.store import ObjectStore
-from trainer.cache import ShardCache
-from trainer.fetch import ShardFetcher
-from trainer.loader import LoaderSpec, make_train_loader
-from trainer.plan import make_plan
-from trainer.reader import ShardReader
-from trainer.stream import ShardStream
+from shardline.core.config import TrainConfig
+from shardline.core.store import ObjectStore
+from shardline.trainer.cache import ShardCache
+from shardline.trainer.fetch import ShardFetcher
+from shardline.trainer.loader import LoaderSpec, make_train_loader
+from shardline.trainer.plan import make_plan
+from shardline.trainer.reader import ShardReader
+from shardline.trainer.stream import ShardStream
 
 BATCH = 256
 # Batches are views of read-only maps (shardline, raw Arrow); consumers only read them.

@@ -34,10 +34,10 @@ from bench import convert_spark as cs  # noqa: E402
 from bench.common import bar, interleaved, machine, median, print_table, ratio, write_result  # noqa: E402
 from bench.convert_data import FORMATS, InputSpec, ensure_inputs  # noqa: E402
 from bench.convert_ref import LocalDirStore, pyarrow_convert  # noqa: E402
-from shardline.config import DatasetConfig, ImageSpec, StoreSettings  # noqa: E402
-from shardline.store import ObjectStore  # noqa: E402
-from tasks.convert import Converted  # noqa: E402
-from tasks.detect import Batch, Source  # noqa: E402
+from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.tasks.convert import Converted  # noqa: E402
+from shardline.tasks.detect import Batch, Source  # noqa: E402
 
 IN = "incoming/bench-convert"
 
@@ -115,7 +115,7 @@ class Cells:
 def _validation(cells: Cells) -> dict[str, Any]:
     """Seconds of the great-expectations suites on the last local[2] result per cell (the
     first call includes importing great-expectations and building its context)."""
-    from tasks.validate import run_suites
+    from shardline.tasks.validate import run_suites
 
     out = {}
     for name, conv in sorted(cells.last.items()):
@@ -155,7 +155,7 @@ def _summary(spec: InputSpec, values: dict[str, list[float]], cells: Cells,
 def run(quick: bool = False, records: int | None = None, objects: int = 8,
         rounds: int | None = None, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
         ) -> dict[str, Any]:
-    from infra import procs, services
+    from shardline.infra import procs, services
 
     t_start = time.perf_counter()
     spec = InputSpec(records or (8_000 if quick else 100_000), objects)

@@ -7,7 +7,7 @@ compression and shard size as shardline's) each time a shard is full. It does no
 partition by label, quarantine bad rows with reasons, deduplicate ids or validate; the
 Spark path does all of that, so the ratio charges shardline for its extra work.
 
-``LocalDirStore`` has the four methods of ``shardline.store.ObjectStore`` the conversion
+``LocalDirStore`` has the four methods of ``shardline.core.store.ObjectStore`` the conversion
 tasks call, on a local folder, so the same Spark task code can write to local disk.
 """
 
@@ -26,9 +26,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from shardline.config import DatasetConfig
-from shardline.schema import data_schema
-from tasks.shards import encode_ipc
+from shardline.core.config import DatasetConfig
+from shardline.core.schema import data_schema
+from shardline.tasks.shards import encode_ipc
 
 
 class LocalDirStore:

@@ -26,13 +26,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from bench.convert_ref import LocalDirStore
-from infra import procs, services
-from shardline.config import DatasetConfig, SparkSettings, StoreSettings
-from shardline.store import ObjectStore
-from tasks import spark as spark_sessions
-from tasks.convert import Converted, assemble, convert, plan_groups, plan_task_count
-from tasks.convert_job import META_DDL, ConvertJob, convert_group
-from tasks.detect import Batch
+from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.infra import procs, services
+from shardline.tasks import spark as spark_sessions
+from shardline.tasks.convert import Converted, assemble, convert, plan_groups, plan_task_count
+from shardline.tasks.convert_job import META_DDL, ConvertJob, convert_group
+from shardline.tasks.detect import Batch
 
 log = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra import procs, services  # noqa: E402
-from infra.events.model import EventSink, ObjectCreated  # noqa: E402
-from infra.events.poll import run_poller  # noqa: E402
-from infra.events.sqs import run_consumer, sqs_client  # noqa: E402
-from infra.events.stopping import Stopper  # noqa: E402
-from infra.events.webhook import WebhookReceiver, WebhookSettings  # noqa: E402
-from shardline.config import StoreSettings  # noqa: E402
-from shardline.store import ObjectStore  # noqa: E402
+from shardline.core.config import StoreSettings  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.infra import procs, services  # noqa: E402
+from shardline.infra.events.model import EventSink, ObjectCreated  # noqa: E402
+from shardline.infra.events.poll import run_poller  # noqa: E402
+from shardline.infra.events.sqs import run_consumer, sqs_client  # noqa: E402
+from shardline.infra.events.stopping import Stopper  # noqa: E402
+from shardline.infra.events.webhook import WebhookReceiver, WebhookSettings  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef"
 

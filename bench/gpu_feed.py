@@ -32,12 +32,12 @@ import torch  # noqa: E402
 from bench.common import bar, interleaved, machine, median, print_table, ratio, write_result  # noqa: E402
 from bench.contenders import BATCH, ShardlineSet  # noqa: E402
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from shardline.config import StoreSettings  # noqa: E402
-from shardline.store import ObjectStore  # noqa: E402
-from trainer.device import Placement, choose  # noqa: E402
-from trainer.dist import DistInfo  # noqa: E402
-from trainer.loop import _Running, train_step  # noqa: E402
-from trainer.model import arch, build_model  # noqa: E402
+from shardline.core.config import StoreSettings  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.trainer.device import Placement, choose  # noqa: E402
+from shardline.trainer.dist import DistInfo  # noqa: E402
+from shardline.trainer.loop import _Running, train_step  # noqa: E402
+from shardline.trainer.model import arch, build_model  # noqa: E402
 
 
 class _OnDevice:
@@ -74,7 +74,7 @@ def _loop(model: torch.nn.Module, opt: torch.optim.Optimizer, place: Placement, 
 
 
 def _shardline_batches(s: ShardlineSet) -> tuple[Any, Any]:
-    from trainer.loader import make_train_loader
+    from shardline.trainer.loader import make_train_loader
 
     stream = s.stream(10**6)
     return iter(make_train_loader(stream, s.spec)), stream

@@ -32,16 +32,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra import procs, services  # noqa: E402
-from shardline.config import Config, StoreSettings, TrainConfig  # noqa: E402
-from shardline.store import ObjectStore  # noqa: E402
+from shardline.core.config import Config, StoreSettings, TrainConfig  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.infra import procs, services  # noqa: E402
+from shardline.trainer.evaluate import EvalResult  # noqa: E402
+from shardline.trainer.options import RunOptions  # noqa: E402
+from shardline.trainer.run import TrainResult, train  # noqa: E402
 
 # The test helper writes real label-partitioned Arrow shards and commits real manifests,
 # so this benchmark needs neither Spark nor the ingest pipeline.
 from tests.integration.trainer_data import digits, digits_config, publish_version  # noqa: E402
-from trainer.evaluate import EvalResult  # noqa: E402
-from trainer.options import RunOptions  # noqa: E402
-from trainer.run import TrainResult, train  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 

@@ -43,7 +43,7 @@ from bench.common import (  # noqa: E402
     write_result,
 )
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from trainer.loader import LoaderSpec  # noqa: E402
+from shardline.trainer.loader import LoaderSpec  # noqa: E402
 
 REFERENCE = "raw_arrow"
 # Contenders whose package is not installed (pip install -e '.[bench]' torch==2.13.0).
@@ -161,9 +161,9 @@ def _peak_memory(files: SetFiles, store: Any, found: dict[str, Any]) -> dict[str
 
 def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
-    from infra import procs, services
-    from shardline.config import StoreSettings
-    from shardline.store import ObjectStore
+    from shardline.core.config import StoreSettings
+    from shardline.core.store import ObjectStore
+    from shardline.infra import procs, services
 
     plan = Plan.make(quick, scale, rounds)
     t0 = time.perf_counter()

@@ -19,9 +19,9 @@ from typing import Any
 from bench.common import interleaved, median, ratio
 from bench.contenders import ShardlineSet
 from bench.loader_data import SetFiles
-from shardline.config import TrainConfig
-from shardline.manifest import ShardEntry
-from shardline.store import ObjectStore
+from shardline.core.config import TrainConfig
+from shardline.core.manifest import ShardEntry
+from shardline.core.store import ObjectStore
 
 
 def upload(store: ObjectStore, files: SetFiles, compression: str = "none"

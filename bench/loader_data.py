@@ -28,8 +28,8 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from bench.common import DATA
-from shardline.config import DatasetConfig, ImageSpec, ShardSpec
-from shardline.manifest import (
+from shardline.core.config import DatasetConfig, ImageSpec, ShardSpec
+from shardline.core.manifest import (
     BatchEntry,
     Manifest,
     ShardEntry,
@@ -37,8 +37,8 @@ from shardline.manifest import (
     content_digests,
     now_iso,
 )
-from shardline.schema import data_schema, describe, fingerprint, shard_key
-from tasks.shards import encode_ipc
+from shardline.core.schema import data_schema, describe, fingerprint, shard_key
+from shardline.tasks.shards import encode_ipc
 
 FORMAT_VERSION = 2   # 2: manifests carry xxh3_128
 COMPRESSIONS = ("none", "lz4")

@@ -34,7 +34,7 @@ import httpx
 import numpy as np
 
 from bench.common import RESULTS, bar, machine, median, print_table, write_result
-from shardline_cli.demo_cmd import wait_for
+from shardline.infra.waiting import wait_for
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 DATASET = "latency"
@@ -127,7 +127,7 @@ def first(values: list[float | None]) -> float | None:
 # -- one round --------------------------------------------------------------------------
 def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
               timeout_s: float) -> dict[str, Any]:
-    from shardline.manifest import list_versions, read_manifest
+    from shardline.core.manifest import list_versions, read_manifest
 
     data, rows = drop_bytes(drop_mb, round_no)
     key = f"{cfg.dataset.incoming}round-{round_no}/drop.jsonl"
@@ -181,11 +181,11 @@ def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
 
 def run(rounds: int = 3, drop_mb: float = 10.0, debounce: int = 5, timeout_s: float = 300.0,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
-    from infra import procs, stack
-    from infra.deploy import DeploySpec, deploy
-    from infra.stack_state import StackConfig, stack_env
-    from shardline.config import StoreSettings, load_config
-    from shardline.store import ObjectStore
+    from shardline.core.config import StoreSettings, load_config
+    from shardline.core.store import ObjectStore
+    from shardline.infra import procs, stack
+    from shardline.infra.deploy import DeploySpec, deploy
+    from shardline.infra.stack_state import StackConfig, stack_env
 
     home = Path(tempfile.mkdtemp(prefix="shardline-pipeline-"))
     cfg_path = home / f"{DATASET}.toml"

@@ -18,9 +18,9 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from shardline.config import SparkSettings, load_config
-from tasks.artifacts import artifact_key, publish_ingest_artifacts
-from tasks.prefect_tasks import (
+from shardline.core.config import SparkSettings, load_config
+from shardline.tasks.artifacts import artifact_key, publish_ingest_artifacts
+from shardline.tasks.prefect_tasks import (
     convert_stage,
     detect_stage,
     load_versions,
@@ -28,8 +28,8 @@ from tasks.prefect_tasks import (
     sweep_stage,
     validate_stage,
 )
-from tasks.settings import store_settings
-from tasks.validate import require_success
+from shardline.tasks.settings import store_settings
+from shardline.tasks.validate import require_success
 
 PUBLISHED_EVENT = "shardline.dataset.published"
 

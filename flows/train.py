@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from tasks.training import publish_artifacts, train_model
+from shardline.tasks.training import publish_artifacts, train_model
 
 
 def _run_name() -> str:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from shardline.store import ObjectStore
+from shardline.core.store import ObjectStore
 
 CLASSES = [str(i) for i in range(10)]
 

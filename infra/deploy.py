@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardline.config import StoreSettings, load_config
-from shardline.errors import ShardlineError
+from shardline.core.config import StoreSettings, load_config
+from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
 
 
 class StartError(ShardlineError):

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyspark
 
-from infra import procs
+from shardline.infra import procs
 
 BIN = Path(sys.executable).parent
 

@@ -39,7 +39,7 @@ import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 

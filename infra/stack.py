@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infra import procs, services, snapshot, worker
-from infra.events import service as events_service
-from infra.stack_state import (
+from shardline.infra import procs, services, snapshot, worker
+from shardline.infra.events import service as events_service
+from shardline.infra.stack_state import (
     ACCESS_KEY,
     REGION,
     SECRET_KEY,
@@ -55,8 +55,8 @@ from infra.stack_state import (
     stack_env,
     status,
 )
-from shardline.config import StoreSettings
-from shardline.store import ObjectStore
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import os
 import urllib.request
 from pathlib import Path
 
-from infra import procs, services
-from infra.stack_state import REGION, StackConfig
+from shardline.infra import procs, services
+from shardline.infra.stack_state import REGION, StackConfig
 
 POOL = "shardline-process"
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shardline.manifest import Manifest
-from tasks.validate import ValidationReport
+from shardline.core.manifest import Manifest
+from shardline.tasks.validate import ValidationReport
 
 
 def artifact_key(dataset: str, what: str) -> str:

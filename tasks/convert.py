@@ -25,16 +25,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardline.config import DatasetConfig, SparkSettings
-from shardline.manifest import Manifest
-from shardline.schema import staging_prefix
-from shardline.store import ObjectStore
-from tasks import spark as spark_sessions
-from tasks.convert_job import META_DDL, ConvertJob, run_partition
-from tasks.dedupe import find_duplicates, load_published_ids, remove_duplicates
-from tasks.detect import Batch, Source
-from tasks.shards import WrittenShard
-from tasks.split import SPLITTERS, Part
+from shardline.core.config import DatasetConfig, SparkSettings
+from shardline.core.manifest import Manifest
+from shardline.core.schema import staging_prefix
+from shardline.core.store import ObjectStore
+from shardline.tasks import spark as spark_sessions
+from shardline.tasks.convert_job import META_DDL, ConvertJob, run_partition
+from shardline.tasks.dedupe import find_duplicates, load_published_ids, remove_duplicates
+from shardline.tasks.detect import Batch, Source
+from shardline.tasks.shards import WrittenShard
+from shardline.tasks.split import SPLITTERS, Part
 
 log = logging.getLogger(__name__)
 

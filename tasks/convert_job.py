@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shardline.config import DatasetConfig, StoreSettings
-from shardline.schema import staging_prefix
-from shardline.store import ObjectStore
-from tasks.detect import Source
-from tasks.formats import Problem, Record, Unreadable, read_source
-from tasks.rows import Normaliser, RowError
-from tasks.shards import DataShardWriter, WrittenShard, put_shard, quarantine_table
-from tasks.split import Part
+from shardline.core.config import DatasetConfig, StoreSettings
+from shardline.core.schema import staging_prefix
+from shardline.core.store import ObjectStore
+from shardline.tasks.detect import Source
+from shardline.tasks.formats import Problem, Record, Unreadable, read_source
+from shardline.tasks.rows import Normaliser, RowError
+from shardline.tasks.shards import DataShardWriter, WrittenShard, put_shard, quarantine_table
+from shardline.tasks.split import Part
 
 META_SCHEMA = pa.schema(
     [

@@ -16,10 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from shardline.config import DatasetConfig
-from shardline.manifest import Manifest
-from shardline.store import ObjectStore
-from tasks.shards import WrittenShard, put_shard, quarantine_table
+from shardline.core.config import DatasetConfig
+from shardline.core.manifest import Manifest
+from shardline.core.store import ObjectStore
+from shardline.tasks.shards import WrittenShard, put_shard, quarantine_table
 
 log = logging.getLogger(__name__)
 

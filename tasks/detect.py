@@ -20,11 +20,11 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shardline.config import DatasetConfig
-from shardline.errors import ObjectExists
-from shardline.manifest import latest_manifest, read_manifest
-from shardline.schema import batch_claim_key
-from shardline.store import ObjectInfo, ObjectStore
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ObjectExists
+from shardline.core.manifest import latest_manifest, read_manifest
+from shardline.core.schema import batch_claim_key
+from shardline.core.store import ObjectInfo, ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardline.config import DatasetConfig
-from shardline.errors import ObjectChanged, StoreError
-from shardline.store import ObjectStore
-from tasks.detect import Source
-from tasks.split import Part, RangedObject
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ObjectChanged, StoreError
+from shardline.core.store import ObjectStore
+from shardline.tasks.detect import Source
+from shardline.tasks.split import Part, RangedObject
 
 ZARR_CHUNK_ROWS = 4096
 

@@ -10,8 +10,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from shardline.config import DatasetConfig, SparkSettings, StoreSettings
-from shardline.errors import (
+from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
+from shardline.core.errors import (
     ConfigError,
     ObjectChanged,
     ObjectExists,
@@ -19,13 +19,13 @@ from shardline.errors import (
     StoreError,
     ValidationFailed,
 )
-from shardline.manifest import Manifest, latest_manifest, list_versions, read_manifest
-from shardline.store import ObjectStore
-from tasks import convert as convert_mod
-from tasks import detect as detect_mod
-from tasks import publish as publish_mod
-from tasks import sweep as sweep_mod
-from tasks import validate as validate_mod
+from shardline.core.manifest import Manifest, latest_manifest, list_versions, read_manifest
+from shardline.core.store import ObjectStore
+from shardline.tasks import convert as convert_mod
+from shardline.tasks import detect as detect_mod
+from shardline.tasks import publish as publish_mod
+from shardline.tasks import sweep as sweep_mod
+from shardline.tasks import validate as validate_mod
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardline.config import DatasetConfig, config_to_dict
-from shardline.errors import ObjectExists, PublishConflict, ShardlineError
-from shardline.manifest import (
+from shardline.core.config import DatasetConfig, config_to_dict
+from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
+from shardline.core.manifest import (
     BatchEntry,
     Manifest,
     ShardEntry,
@@ -36,7 +36,7 @@ from shardline.manifest import (
     now_iso,
     read_manifest,
 )
-from shardline.schema import (
+from shardline.core.schema import (
     data_schema,
     describe,
     fingerprint,
@@ -46,12 +46,12 @@ from shardline.schema import (
     staging_prefix,
     version_key,
 )
-from shardline.store import ObjectStore
-from tasks.convert import Converted
-from tasks.dedupe import IDS_SCHEMA, load_published_ids
-from tasks.detect import write_claim
-from tasks.shards import WrittenShard, encode_ipc
-from tasks.validate import ValidationReport
+from shardline.core.store import ObjectStore
+from shardline.tasks.convert import Converted
+from shardline.tasks.dedupe import IDS_SCHEMA, load_published_ids
+from shardline.tasks.detect import write_claim
+from shardline.tasks.shards import WrittenShard, encode_ipc
+from shardline.tasks.validate import ValidationReport
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from shardline.config import DatasetConfig
+from shardline.core.config import DatasetConfig
 
 _CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from shardline.config import StoreSettings
-from shardline.errors import ConfigError
+from shardline.core.config import StoreSettings
+from shardline.core.errors import ConfigError
 
 BLOCK_ENV = "SHARDLINE_AWS_CREDENTIALS_BLOCK"
 

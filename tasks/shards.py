@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from shardline.config import DatasetConfig
-from shardline.manifest import content_digests
-from shardline.schema import QUARANTINE_SCHEMA, data_schema
-from shardline.store import ObjectStore
+from shardline.core.config import DatasetConfig
+from shardline.core.manifest import content_digests
+from shardline.core.schema import QUARANTINE_SCHEMA, data_schema
+from shardline.core.store import ObjectStore
 
 
 @dataclass(frozen=True)

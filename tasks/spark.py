@@ -10,7 +10,7 @@ import sys
 import threading
 from typing import Any
 
-from shardline.config import SparkSettings
+from shardline.core.config import SparkSettings
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()

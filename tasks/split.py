@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardline.errors import StoreError
-from shardline.store import ObjectStore
-from tasks.detect import Source
+from shardline.core.errors import StoreError
+from shardline.core.store import ObjectStore
+from shardline.tasks.detect import Source
 
 log = logging.getLogger(__name__)
 

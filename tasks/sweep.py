@@ -14,10 +14,10 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shardline.config import DatasetConfig
-from shardline.manifest import latest_manifest
-from shardline.schema import staging_prefix
-from shardline.store import ObjectStore
+from shardline.core.config import DatasetConfig
+from shardline.core.manifest import latest_manifest
+from shardline.core.schema import staging_prefix
+from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -22,12 +22,12 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.concurrency.sync import concurrency
 from prefect.logging.handlers import APILogHandler
 
-from shardline.config import load_config
-from shardline.store import ObjectStore
-from tasks.artifacts import artifact_key
-from tasks.settings import store_settings
-from trainer.run import TrainResult
-from trainer.run import train as run_training
+from shardline.core.config import load_config
+from shardline.core.store import ObjectStore
+from shardline.tasks.artifacts import artifact_key
+from shardline.tasks.settings import store_settings
+from shardline.trainer.run import TrainResult
+from shardline.trainer.run import train as run_training
 
 
 def _pct(x: float | None) -> str:
@@ -110,7 +110,7 @@ def curve_markdown(r: TrainResult) -> str:
 def trainer_logs_to_prefect() -> Iterator[None]:
     """Send the trainer's progress lines (plain ``logging``) to this flow run's log."""
     handler = APILogHandler()
-    logger = logging.getLogger("trainer")
+    logger = logging.getLogger("shardline.trainer")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

@@ -22,11 +22,11 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from shardline.config import DatasetConfig
-from shardline.errors import ValidationFailed
-from shardline.schema import report_key
-from shardline.store import ObjectStore
-from tasks.convert import Converted
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ValidationFailed
+from shardline.core.schema import report_key
+from shardline.core.store import ObjectStore
+from shardline.tasks.convert import Converted
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from infra import procs, services  # noqa: E402
-from shardline.config import StoreSettings  # noqa: E402
-from shardline.store import ObjectStore  # noqa: E402
+from shardline.core.config import StoreSettings  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.infra import procs, services  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +54,7 @@ def store(store_settings: StoreSettings) -> ObjectStore:
 
 @pytest.fixture(scope="session")
 def spark_remote(server_dir: Path) -> Iterator[str]:
-    from tasks.spark import close_sessions
+    from shardline.tasks.spark import close_sessions
 
     svc = services.start_spark_connect(procs.free_port(), server_dir / "spark")
     try:

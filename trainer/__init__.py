@@ -2,7 +2,7 @@
 learning from the last promoted model.
 
 Imports neither Prefect nor PySpark, so it runs alone in a GPU image and under torchrun
-(``torchrun --nproc-per-node N -m trainer --config PATH``). The entry point is
+(``torchrun --nproc-per-node N -m shardline.trainer --config PATH``). The entry point is
 :func:`trainer.run.train`; modules, in data order:
 
   plan      new shards since the parent model + replay sample; held-out split (split)

@@ -35,9 +35,9 @@ from typing import Any
 import xxhash
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardline.errors import StoreError
-from shardline.manifest import ShardEntry
-from shardline.store import ObjectStore
+from shardline.core.errors import StoreError
+from shardline.core.manifest import ShardEntry
+from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from shardline.errors import ShardlineError
-from trainer.model import unwrap
+from shardline.core.errors import ShardlineError
+from shardline.trainer.model import unwrap
 
 
 class CheckpointError(ShardlineError):

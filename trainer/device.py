@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from trainer.dist import DistInfo
+from shardline.trainer.dist import DistInfo
 
 log = logging.getLogger(__name__)
 

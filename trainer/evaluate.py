@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer.device import Placement
-from trainer.dist import all_sum
-from trainer.plan import TrainPlan
-from trainer.stream import Batch
+from shardline.trainer.device import Placement
+from shardline.trainer.dist import all_sum
+from shardline.trainer.plan import TrainPlan
+from shardline.trainer.stream import Batch
 
 
 @dataclass(frozen=True)

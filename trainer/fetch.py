@@ -18,9 +18,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from shardline.errors import StoreError
-from shardline.manifest import ShardEntry
-from trainer.cache import ShardCache
+from shardline.core.errors import StoreError
+from shardline.core.manifest import ShardEntry
+from shardline.trainer.cache import ShardCache
 
 
 class ShardSource(Protocol):

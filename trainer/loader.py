@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from torchdata.nodes import Loader
 
-from trainer.plan import TrainPlan
-from trainer.prefetch import ThreadPrefetcher
-from trainer.reader import BufferPool, ShardReader, as_nchw, build_picks, gather_into
-from trainer.shard import OpenShard
-from trainer.stream import Batch, ShardStream
+from shardline.trainer.plan import TrainPlan
+from shardline.trainer.prefetch import ThreadPrefetcher
+from shardline.trainer.reader import BufferPool, ShardReader, as_nchw, build_picks, gather_into
+from shardline.trainer.shard import OpenShard
+from shardline.trainer.stream import Batch, ShardStream
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torchdata.nodes import Loader
 
-from trainer.device import Placement
-from trainer.stream import Batch, ShardStream
+from shardline.trainer.device import Placement
+from shardline.trainer.stream import Batch, ShardStream
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from shardline.errors import ConfigError
+from shardline.core.errors import ConfigError
 
 MODELS = ("cnn", "resnet")
 

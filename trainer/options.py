@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.loader import LoaderSpec
+from shardline.trainer.loader import LoaderSpec
 
 
 @dataclass(frozen=True)

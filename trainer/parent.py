@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
-from trainer.model import build_model
-from trainer.registry import ModelRegistry, Promoted
+from shardline.trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
+from shardline.trainer.model import build_model
+from shardline.trainer.registry import ModelRegistry, Promoted
 
 log = logging.getLogger(__name__)
 

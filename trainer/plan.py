@@ -19,10 +19,10 @@ from typing import Literal
 
 import numpy as np
 
-from shardline.errors import ShardlineError
-from shardline.manifest import Manifest, ShardEntry
-from trainer.shard import ShardIndex
-from trainer.split import holdout_mask, pick_smallest, salted
+from shardline.core.errors import ShardlineError
+from shardline.core.manifest import Manifest, ShardEntry
+from shardline.trainer.shard import ShardIndex
+from shardline.trainer.split import holdout_mask, pick_smallest, salted
 
 
 class NothingToTrain(ShardlineError):

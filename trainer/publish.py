@@ -13,17 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from shardline.config import config_to_dict
-from shardline.errors import ObjectChanged, ObjectExists
-from shardline.manifest import code_version, now_iso
-from trainer.checkpoint import model_tensors, optimizer_parts, tensors_to_bytes
-from trainer.dist import barrier
-from trainer.evaluate import Decision, EvalResult, gate
-from trainer.loop import LoopState
-from trainer.stream import ShardStream
+from shardline.core.config import config_to_dict
+from shardline.core.errors import ObjectChanged, ObjectExists
+from shardline.core.manifest import code_version, now_iso
+from shardline.trainer.checkpoint import model_tensors, optimizer_parts, tensors_to_bytes
+from shardline.trainer.dist import barrier
+from shardline.trainer.evaluate import Decision, EvalResult, gate
+from shardline.trainer.loop import LoopState
+from shardline.trainer.stream import ShardStream
 
 if TYPE_CHECKING:
-    from trainer.run import TrainResult, _Run
+    from shardline.trainer.run import TrainResult, _Run
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def _write(run: _Run, model: torch.nn.Module, opt: torch.optim.Optimizer, loader
 def publish(run: _Run, model: torch.nn.Module, opt: torch.optim.Optimizer, stream: ShardStream,
             loader: Any, state: LoopState, before: EvalResult | None, after: EvalResult,
             resumed_at: int | None) -> TrainResult:
-    from trainer.run import TrainResult
+    from shardline.trainer.run import TrainResult
 
     decision = decide(run, before, after)
     number = 0

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from shardline.config import DatasetConfig
-from trainer.fetch import ShardSource
-from trainer.picks import Picks, build_picks, gather_into
-from trainer.plan import PlannedShard
-from trainer.shard import OpenShard, ShardFormatError, ShardIndex
+from shardline.core.config import DatasetConfig
+from shardline.trainer.fetch import ShardSource
+from shardline.trainer.picks import Picks, build_picks, gather_into
+from shardline.trainer.plan import PlannedShard
+from shardline.trainer.shard import OpenShard, ShardFormatError, ShardIndex
 
 DEFAULT_KEEP_OPEN_BYTES = 1 << 30
 __all__ = ["BufferPool", "Picks", "ShardReader", "as_nchw", "build_picks", "gather_into"]

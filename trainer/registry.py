@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from shardline.errors import ObjectExists, StoreError
-from shardline.manifest import now_iso
-from shardline.store import ObjectStore
-from trainer.checkpoint import bytes_to_tensors, header_metadata, json_bytes, tensors_to_bytes
+from shardline.core.errors import ObjectExists, StoreError
+from shardline.core.manifest import now_iso
+from shardline.core.store import ObjectStore
+from shardline.trainer.checkpoint import bytes_to_tensors, header_metadata, json_bytes, tensors_to_bytes
 
 _NUM_RE = re.compile(r"/(\d{6})/$")
 

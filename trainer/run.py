@@ -24,31 +24,31 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from shardline.config import Config, config_to_dict
-from shardline.manifest import resolve_version
-from shardline.store import ObjectStore
-from trainer import dist
-from trainer.cache import ShardCache
-from trainer.checkpoint import (
+from shardline.core.config import Config, config_to_dict
+from shardline.core.manifest import resolve_version
+from shardline.core.store import ObjectStore
+from shardline.trainer import dist
+from shardline.trainer.cache import ShardCache
+from shardline.trainer.checkpoint import (
     load_model_tensors,
     load_optimizer_parts,
     model_tensors,
     optimizer_parts,
 )
-from trainer.device import Placement, choose
-from trainer.dist import DistInfo
-from trainer.evaluate import EvalResult, evaluate
-from trainer.fetch import ShardFetcher
-from trainer.loader import eval_batches, make_train_loader
-from trainer.loop import LoopHooks, LoopState, run_loop
-from trainer.model import arch, build_model
-from trainer.options import RunOptions
-from trainer.parent import Start, load_parent, make_optimizer, promoted_model, resolve_start
-from trainer.plan import TrainPlan, make_plan
-from trainer.publish import publish
-from trainer.reader import BufferPool, ShardReader
-from trainer.registry import ModelRegistry
-from trainer.stream import Batch, ShardStream
+from shardline.trainer.device import Placement, choose
+from shardline.trainer.dist import DistInfo
+from shardline.trainer.evaluate import EvalResult, evaluate
+from shardline.trainer.fetch import ShardFetcher
+from shardline.trainer.loader import eval_batches, make_train_loader
+from shardline.trainer.loop import LoopHooks, LoopState, run_loop
+from shardline.trainer.model import arch, build_model
+from shardline.trainer.options import RunOptions
+from shardline.trainer.parent import Start, load_parent, make_optimizer, promoted_model, resolve_start
+from shardline.trainer.plan import TrainPlan, make_plan
+from shardline.trainer.publish import publish
+from shardline.trainer.reader import BufferPool, ShardReader
+from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.stream import Batch, ShardStream
 
 log = logging.getLogger(__name__)
 

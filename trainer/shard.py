@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from shardline.errors import ShardlineError
-from shardline.schema import META_SHAPE
-from trainer.split import id_hash64
+from shardline.core.errors import ShardlineError
+from shardline.core.schema import META_SHAPE
+from shardline.trainer.split import id_hash64
 
 
 class ShardFormatError(ShardlineError):

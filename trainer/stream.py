@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
-from trainer.order import make_windows, rank_positions, shard_order, window_permutation
-from trainer.plan import PlannedShard, TrainPlan
-from trainer.reader import BufferPool, Picks, ShardReader, as_nchw, build_picks, gather_into
+from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
+from shardline.trainer.plan import PlannedShard, TrainPlan
+from shardline.trainer.reader import BufferPool, Picks, ShardReader, as_nchw, build_picks, gather_into
 
 Batch = dict[str, Any]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import json
 from typing import Any
 from urllib.parse import unquote_plus
 
-from infra.events.model import ObjectCreated, is_upload
-from shardline.errors import ShardlineError
+from shardline.infra.events.model import ObjectCreated, is_upload
+from shardline.core.errors import ShardlineError
 
 
 class NotificationError(ShardlineError):

@@ -29,17 +29,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from infra.events.model import EventPostError, EventSink, ObjectCreated, is_upload, normalize_etag
-from infra.events.stopping import Stopper
-from shardline.errors import ShardlineError, StoreError
-from shardline.store import ObjectStore
+from shardline.infra.events.model import EventPostError, EventSink, ObjectCreated, is_upload, normalize_etag
+from shardline.infra.events.stopping import Stopper
+from shardline.core.errors import ShardlineError, StoreError
+from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
 CURSOR_FORMAT = 1
 
 
 class Listed(Protocol):
-    """What a listing entry needs (``shardline.store.ObjectInfo`` fits)."""
+    """What a listing entry needs (``shardline.core.store.ObjectInfo`` fits)."""
 
     @property
     def key(self) -> str: ...

@@ -23,9 +23,9 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra import procs, services
-from infra.stack_state import ACCESS_KEY, REGION, SECRET_KEY, StackConfig, StackState
-from shardline.errors import ShardlineError
+from shardline.infra import procs, services
+from shardline.infra.stack_state import ACCESS_KEY, REGION, SECRET_KEY, StackConfig, StackState
+from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def launch(cfg: StackConfig) -> services.Launch:
     ready.parent.mkdir(parents=True, exist_ok=True)
     ready.unlink(missing_ok=True)
     log_path = cfg.log_dir / "events.log"
-    cmd = [sys.executable, "-m", "infra.events.sqs", "--queue-url", queue_url,
+    cmd = [sys.executable, "-m", "shardline.infra.events.sqs", "--queue-url", queue_url,
            "--ready-file", str(ready)]
     proc = procs.start(cmd, log_path, env=consumer_env(cfg), cwd=cfg.home)
     svc = services.Service(NAME, proc.pid, None, queue_url, str(log_path),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardline.config import SparkSettings
+from shardline.core.config import SparkSettings
 
 
 @pytest.fixture(scope="session")

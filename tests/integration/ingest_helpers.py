@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import xxhash
 
-from infra.demo_data import CLASSES
-from shardline.config import DatasetConfig, SparkSettings, parse_config
-from shardline.manifest import Manifest, latest_manifest
-from shardline.store import ObjectStore
-from tasks.convert import convert
-from tasks.detect import detect
-from tasks.publish import Published, publish
-from tasks.validate import require_success, validate
+from shardline.core.config import DatasetConfig, SparkSettings, parse_config
+from shardline.core.manifest import Manifest, latest_manifest
+from shardline.core.store import ObjectStore
+from shardline.infra.demo_data import CLASSES
+from shardline.tasks.convert import convert
+from shardline.tasks.detect import detect
+from shardline.tasks.publish import Published, publish
+from shardline.tasks.validate import require_success, validate
 
 
 def dataset_config(**overrides) -> DatasetConfig:
@@ -65,7 +65,7 @@ def published_rows(store: ObjectStore, m: Manifest, verify: bool = True) -> pa.T
 def quarantined_rows(store: ObjectStore, m: Manifest) -> pa.Table:
     shards = m.quarantine["shards"]
     if not shards:
-        from shardline.schema import QUARANTINE_SCHEMA
+        from shardline.core.schema import QUARANTINE_SCHEMA
         return QUARANTINE_SCHEMA.empty_table()
     return pa.concat_tables([read_arrow(store, s.path) for s in shards])
 

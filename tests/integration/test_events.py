@@ -20,14 +20,14 @@ import boto3
 import httpx
 import pytest
 
-from infra import services
-from infra.events.model import EventSink, ObjectCreated
-from infra.events.poll import load_cursor, poll_once
-from infra.events.sqs import run_consumer, sqs_client
-from infra.events.stopping import Stopper
-from infra.events.webhook import WebhookReceiver, WebhookSettings
-from shardline.config import StoreSettings
-from shardline.store import ObjectStore
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.infra import services
+from shardline.infra.events.model import EventSink, ObjectCreated
+from shardline.infra.events.poll import load_cursor, poll_once
+from shardline.infra.events.sqs import run_consumer, sqs_client
+from shardline.infra.events.stopping import Stopper
+from shardline.infra.events.webhook import WebhookReceiver, WebhookSettings
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "t0ken-for-tests-0123456789"

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.demo_data import bad_jsonl_lines, digits, jsonl_bytes
-from shardline.errors import ValidationFailed
+from shardline.core.errors import ValidationFailed
+from shardline.infra.demo_data import bad_jsonl_lines, digits, jsonl_bytes
 
 CONFIG = """
 [dataset]
@@ -60,7 +60,7 @@ def published_events(dataset: str, timeout_s: float = 20.0) -> list[dict]:
 
 def test_flow_publishes_leaves_artifacts_and_emits_the_event(
         prefect_harness, stack_env, store, spark_remote, monkeypatch, tmp_path):
-    from flows.ingest import ingest
+    from shardline.flows.ingest import ingest
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
     cfg = write_config(tmp_path, "flowdigits")
@@ -93,7 +93,7 @@ def test_flow_publishes_leaves_artifacts_and_emits_the_event(
 
 def test_flow_fails_on_a_failing_suite_and_reports_it(
         prefect_harness, stack_env, store, spark_remote, monkeypatch, tmp_path):
-    from flows.ingest import ingest
+    from shardline.flows.ingest import ingest
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
     cfg = write_config(tmp_path, "baddigits")
@@ -112,7 +112,7 @@ def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_p
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update(SHARDLINE_SPARK_REMOTE=spark_remote, SHARDLINE_HOME=str(tmp_path / "nostack"),
                PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
-    cli = [sys.executable, "-m", "shardline_cli.main"]
+    cli = [sys.executable, "-m", "shardline.cli.main"]
     run = subprocess.run([*cli, "ingest", "--config", str(cfg), "--json"], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]

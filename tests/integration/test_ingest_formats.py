@@ -10,9 +10,9 @@ import io
 import numpy as np
 from PIL import Image
 
-from infra import demo_data
-from infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes, parquet_bytes
-from shardline.manifest import latest_manifest
+from shardline.core.manifest import latest_manifest
+from shardline.infra import demo_data
+from shardline.infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes, parquet_bytes
 from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
 
 IN = "incoming/digits/"

@@ -16,15 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from infra.demo_data import CLASSES, bad_jsonl_lines, digits
-from shardline.errors import ObjectChanged
-from shardline.manifest import latest_manifest
-from tasks.convert import Converted, convert, plan_parts
-from tasks.convert_job import convert_group
-from tasks.detect import Batch, Source, detect
-from tasks.publish import publish
-from tasks.split import Part
-from tasks.validate import require_success, validate
+from shardline.core.errors import ObjectChanged
+from shardline.core.manifest import latest_manifest
+from shardline.infra.demo_data import CLASSES, bad_jsonl_lines, digits
+from shardline.tasks.convert import Converted, convert, plan_parts
+from shardline.tasks.convert_job import convert_group
+from shardline.tasks.detect import Batch, Source, detect
+from shardline.tasks.publish import publish
+from shardline.tasks.split import Part
+from shardline.tasks.validate import require_success, validate
 from tests.integration.ingest_helpers import (
     assert_exactly_once,
     dataset_config,

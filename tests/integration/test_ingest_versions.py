@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes
-from shardline.errors import ValidationFailed
-from shardline.manifest import latest_manifest, list_versions, read_manifest
-from shardline.schema import staging_prefix
-from tasks import publish as publish_mod
-from tasks.convert import convert
-from tasks.detect import detect
-from tasks.sweep import sweep
-from tasks.validate import validate
+from shardline.core.errors import ValidationFailed
+from shardline.core.manifest import latest_manifest, list_versions, read_manifest
+from shardline.core.schema import staging_prefix
+from shardline.infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes
+from shardline.tasks import publish as publish_mod
+from shardline.tasks.convert import convert
+from shardline.tasks.detect import detect
+from shardline.tasks.sweep import sweep
+from shardline.tasks.validate import validate
 from tests.integration.ingest_helpers import (
     assert_exactly_once,
     dataset_config,
@@ -118,7 +118,7 @@ def test_racing_publishers_of_different_batches_get_distinct_versions(store, spa
     a = _staged(store, cfg, spark)
     store.put_bytes(f"{IN}p2.jsonl", jsonl_bytes(digits(100, 180)))
     # b's batch is p1+p2 (nothing published yet); make it only p2 by claiming p1 first
-    from tasks.detect import write_claim
+    from shardline.tasks.detect import write_claim
     write_claim(store, cfg, a[0].batch, 0)
     b = _staged(store, cfg, spark)
     store.delete([f"{cfg.prefix}/batches/{a[0].batch.id}.json"])

@@ -23,13 +23,13 @@ from typing import Any
 import httpx
 import pytest
 
-from infra import demo_data, procs, stack
-from infra.deploy import DeploySpec, deploy
-from infra.stack_state import StackConfig, stack_env
-from shardline.config import StoreSettings, load_config
-from shardline.manifest import list_versions, read_manifest
-from shardline.store import ObjectStore
-from trainer.registry import ModelRegistry
+from shardline.core.config import StoreSettings, load_config
+from shardline.core.manifest import list_versions, read_manifest
+from shardline.core.store import ObjectStore
+from shardline.infra import demo_data, procs, stack
+from shardline.infra.deploy import DeploySpec, deploy
+from shardline.infra.stack_state import StackConfig, stack_env
+from shardline.trainer.registry import ModelRegistry
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 

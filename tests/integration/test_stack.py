@@ -18,10 +18,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from infra import procs, stack
-from infra.stack_state import StackConfig, StackError, load_state, stack_env
-from shardline.errors import ShardlineError
-from shardline_cli import stack_cmds
+from shardline.cli import stack_cmds
+from shardline.core.errors import ShardlineError
+from shardline.infra import procs, stack
+from shardline.infra.stack_state import StackConfig, StackError, load_state, stack_env
 
 pytestmark = pytest.mark.timeout(300)
 SERVICES = ("s3", "prefect", "spark")
@@ -278,7 +278,7 @@ def test_uploads_become_prefect_events_after_every_up(stack_a: StackConfig) -> N
 
     import httpx
 
-    from infra.events.model import ObjectCreated
+    from shardline.infra.events.model import ObjectCreated
 
     st = stack.status(stack_a.home)
     events_svc = st["services"]["events"]

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from shardline.config import Config, StoreSettings, TrainConfig
-from shardline.store import ObjectStore
+from shardline.core.config import Config, StoreSettings, TrainConfig
+from shardline.core.store import ObjectStore
+from shardline.trainer.checkpoint import bytes_to_tensors, header_metadata
+from shardline.trainer.options import RunOptions
+from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.run import train
 from tests.integration.trainer_data import digits_config, publish_version
-from trainer.checkpoint import bytes_to_tensors, header_metadata
-from trainer.options import RunOptions
-from trainer.registry import ModelRegistry
-from trainer.run import train
 
 ORDER = np.random.default_rng(3).permutation(1797)
 FAST = RunOptions(log_every=10, checkpoint_every=1000)

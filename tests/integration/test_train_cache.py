@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline.errors import StoreError
-from shardline.manifest import Manifest
-from shardline.store import ObjectStore
+from shardline.core.errors import StoreError
+from shardline.core.manifest import Manifest
+from shardline.core.store import ObjectStore
+from shardline.trainer.cache import ShardCache, expected_digest
+from shardline.trainer.fetch import ShardFetcher
 from tests.integration.trainer_data import digits_config, publish_version
-from trainer.cache import ShardCache, expected_digest
-from trainer.fetch import ShardFetcher
 
 
 @pytest.fixture(params=["xxh3_128", "sha256-only"])

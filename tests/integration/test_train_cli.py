@@ -10,9 +10,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from shardline.config import StoreSettings
-from shardline.store import ObjectStore
-from shardline_cli.train_cmd import register
+from shardline.cli.train_cmd import register
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
 from tests.integration.trainer_data import config_toml, digits_config, publish_version
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from infra.procs import free_port
-from shardline.config import StoreSettings
-from shardline.store import ObjectStore
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.infra.procs import free_port
+from shardline.trainer.registry import ModelRegistry
 from tests.integration.trainer_data import config_toml, digits_config, publish_version
-from trainer.registry import ModelRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline.config import StoreSettings
-from shardline.store import ObjectStore
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
 from tests.integration.trainer_data import config_toml, digits_config, publish_version
 
 
@@ -37,7 +37,7 @@ def latest_artifacts(keys: list[str]) -> dict[str, object]:
 
 def test_train_flow_leaves_run_table_and_curve(prefect_server: None, store: ObjectStore,
                                                stack_env: StoreSettings, tmp_path: Path) -> None:
-    from flows.train import train
+    from shardline.flows.train import train
 
     cfg = digits_config(name="digits_flow", epochs=2, cache_dir=str(tmp_path / "cache"))
     publish_version(store, cfg.dataset, np.arange(700))

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from shardline.store import ObjectStore
+from shardline.core.store import ObjectStore
+from shardline.trainer.dist import DistInfo
+from shardline.trainer.options import RunOptions
+from shardline.trainer.run import train
 from tests.integration.trainer_data import digits_config, publish_version
-from trainer.dist import DistInfo
-from trainer.options import RunOptions
-from trainer.run import train
 
 pytestmark = [
     pytest.mark.gpu,
@@ -20,7 +20,7 @@ pytestmark = [
 
 
 def test_placement_on_cuda_uses_bf16_and_channels_last() -> None:
-    from trainer.device import choose
+    from shardline.trainer.device import choose
 
     place = choose(None, DistInfo())
     assert place.cuda and place.channels_last

@@ -12,10 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from shardline.config import StoreSettings, load_config
-from shardline.store import ObjectStore
-from trainer.options import RunOptions
-from trainer.run import train
+from shardline.core.config import StoreSettings, load_config
+from shardline.core.store import ObjectStore
+from shardline.trainer.options import RunOptions
+from shardline.trainer.run import train
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Published dataset versions for trainer tests, without the Spark pipeline.
 
 Real data (scikit-learn's digits: 1797 8x8 images, 10 classes, pixels 0..16 scaled to
-0..255) written as real Arrow IPC shards with ``shardline.schema.data_schema``, partitioned
+0..255) written as real Arrow IPC shards with ``shardline.core.schema.data_schema``, partitioned
 by label like the ingest writes them, uncompressed or LZ4, and committed with a real
 ``Manifest``: either to the moto bucket (``publish_version``) or to a local folder
 (``write_local_version``, read back through ``trainer.fetch.LocalShards``).
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from shardline.config import Config, DatasetConfig, ShardSpec, TrainConfig
-from shardline.manifest import (
+from shardline.core.config import Config, DatasetConfig, ShardSpec, TrainConfig
+from shardline.core.manifest import (
     BatchEntry,
     Manifest,
     ShardEntry,
@@ -29,8 +29,8 @@ from shardline.manifest import (
     latest_manifest,
     now_iso,
 )
-from shardline.schema import data_schema, describe, fingerprint, shard_key
-from shardline.store import ObjectStore
+from shardline.core.schema import data_schema, describe, fingerprint, shard_key
+from shardline.core.store import ObjectStore
 
 
 @cache
@@ -143,8 +143,8 @@ def _toml_value(v: object) -> str:
 
 
 def config_toml(cfg: Config) -> str:
-    """The TOML file that ``shardline.config.load_config`` reads back as ``cfg``."""
-    from shardline.config import config_to_dict
+    """The TOML file that ``shardline.core.config.load_config`` reads back as ``cfg``."""
+    from shardline.core.config import config_to_dict
 
     lines: list[str] = []
 

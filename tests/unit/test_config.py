@@ -1,7 +1,7 @@
 import pytest
 
-from shardline.config import SparkSettings, StoreSettings, load_config, parse_config
-from shardline.errors import ConfigError
+from shardline.core.config import SparkSettings, StoreSettings, load_config, parse_config
+from shardline.core.errors import ConfigError
 
 BASE = {"dataset": {"name": "digits", "incoming": "incoming/digits", "classes": ["a", "b"],
                     "image": {"column": "image", "shape": [8, 8, 1]}}}

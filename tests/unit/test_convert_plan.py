@@ -4,10 +4,10 @@ import random
 import pyarrow as pa
 import pytest
 
-from tasks.convert import plan_groups, plan_task_count, slice_counts, useful_tasks
-from tasks.dedupe import find_duplicates
-from tasks.detect import Batch, Source
-from tasks.split import Part, jsonl_cuts, jsonl_parts, row_group_parts
+from shardline.tasks.convert import plan_groups, plan_task_count, slice_counts, useful_tasks
+from shardline.tasks.dedupe import find_duplicates
+from shardline.tasks.detect import Batch, Source
+from shardline.tasks.split import Part, jsonl_cuts, jsonl_parts, row_group_parts
 
 
 def test_plan_groups_balances_bytes_and_keeps_every_source_once():

@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
-from shardline.store import ObjectInfo
-from tasks.detect import batch_id, group_sources, new_sources
+from shardline.core.store import ObjectInfo
+from shardline.tasks.detect import batch_id, group_sources, new_sources
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from infra.events.model import EVENT_NAME, ObjectCreated
-from infra.events.notifications import NotificationError, parse_notification
+from shardline.infra.events.model import EVENT_NAME, ObjectCreated
+from shardline.infra.events.notifications import NotificationError, parse_notification
 
 
 def record(key: str, name: str = "ObjectCreated:Put", etag: str = "abc", size: Any = 4,

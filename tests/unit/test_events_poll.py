@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.events.model import ObjectCreated
-from infra.events.poll import Cursor, default_cursor_path, load_cursor, plan, save_cursor
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
+from shardline.infra.events.model import ObjectCreated
+from shardline.infra.events.poll import Cursor, default_cursor_path, load_cursor, plan, save_cursor
 
 BUCKET, PREFIX = "lake-bucket", "incoming/"
 

@@ -7,7 +7,7 @@ import socket
 import time
 from pathlib import Path
 
-from infra import procs
+from shardline.infra import procs
 
 
 def test_stop_waits_for_and_kills_group_members_that_outlive_the_leader(tmp_path: Path) -> None:

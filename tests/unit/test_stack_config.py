@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from infra import stack
-from infra.services import Service
-from infra.snapshot import ESCAPED, etag_of, file_names
-from infra.stack_state import StackConfig, StackError, StackState, stack_env
+from shardline.infra import stack
+from shardline.infra.services import Service
+from shardline.infra.snapshot import ESCAPED, etag_of, file_names
+from shardline.infra.stack_state import StackConfig, StackError, StackState, stack_env
 
 
 def test_arguments_win_over_environment_over_defaults(tmp_path: Path) -> None:

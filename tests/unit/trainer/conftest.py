@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardline.config import Config
-from shardline.manifest import Manifest
+from shardline.core.config import Config
+from shardline.core.manifest import Manifest
+from shardline.trainer.fetch import LocalShards
+from shardline.trainer.plan import TrainPlan, make_plan
+from shardline.trainer.reader import ShardReader
 from tests.integration.trainer_data import digits_config, write_local_version
-from trainer.fetch import LocalShards
-from trainer.plan import TrainPlan, make_plan
-from trainer.reader import ShardReader
 
 
 @dataclass

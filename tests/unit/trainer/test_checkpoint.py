@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.checkpoint import (
+from shardline.trainer.checkpoint import (
     CheckpointError,
     bytes_to_tensors,
     header_metadata,
@@ -16,8 +16,8 @@ from trainer.checkpoint import (
     optimizer_parts,
     tensors_to_bytes,
 )
-from trainer.model import arch, build_model
-from trainer.parent import make_optimizer
+from shardline.trainer.model import arch, build_model
+from shardline.trainer.parent import make_optimizer
 
 SPEC = arch("cnn", 8, 2, (8, 8, 1), 10)
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from shardline.errors import ConfigError
-from trainer.model import arch, build_model
+from shardline.core.errors import ConfigError
+from shardline.trainer.model import arch, build_model
 
 
 @pytest.mark.parametrize(("name", "shape"), [("cnn", (8, 8, 1)), ("cnn", (32, 32, 3)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.picks import Picks, _chunk_order, gather_into
+from shardline.trainer.picks import Picks, _chunk_order, gather_into
 
 
 @pytest.mark.parametrize("phase", [0, 1, 7, 8, 13])

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from torchdata.nodes import BaseNode, Loader
 
-from trainer.prefetch import ThreadPrefetcher
-from trainer.stream import ShardStream
+from shardline.trainer.prefetch import ThreadPrefetcher
+from shardline.trainer.stream import ShardStream
 
 from .conftest import LocalDigits
 

@@ -12,10 +12,10 @@ import pyarrow.ipc as ipc
 import pytest
 import torch
 
+from shardline.trainer.loader import LoaderSpec, make_train_loader
+from shardline.trainer.plan import TrainPlan
+from shardline.trainer.stream import ShardStream
 from tests.integration.trainer_data import digits
-from trainer.loader import LoaderSpec, make_train_loader
-from trainer.plan import TrainPlan
-from trainer.stream import ShardStream
 
 from .conftest import LocalDigits
 

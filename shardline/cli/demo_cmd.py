@@ -21,7 +21,9 @@ from typing import Any
 import httpx
 import typer
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "digits.toml"
+from shardline.infra.waiting import wait_for
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "digits.toml"
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -37,19 +39,8 @@ def train_run(api: str, version: int, since: datetime) -> dict[str, Any] | None:
                  and datetime.fromisoformat(r["created"]) >= since), None)
 
 
-def wait_for(what: str, check: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(1.0)
-    raise TimeoutError(f"gave up waiting for {what} after {timeout_s:.0f}s; see the Prefect UI "
-                       "and $SHARDLINE_HOME/logs/worker.log")
-
-
 def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | None:
-    from trainer.registry import ModelRegistry
+    from shardline.trainer.registry import ModelRegistry
 
     reg = ModelRegistry(store, cfg.dataset.name, cfg.train.model)
     for n in reversed(reg.numbers()):
@@ -65,7 +56,7 @@ def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | No
 def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
                     since: datetime) -> None:
     """``t0``: monotonic time of the upload; ``since``: wall time of the upload (UTC)."""
-    from shardline_cli.main import out
+    from shardline.cli.main import out
 
     run = wait_for(f"the training run for version {version}",
                    lambda: train_run(api, version, since), 120)
@@ -97,13 +88,13 @@ def register(app: typer.Typer) -> None:
                                         help="dataset TOML (default: the digits example)")
              ) -> None:
         """Run the end-to-end demo on the embedded stack."""
-        from infra import demo_data, stack
-        from infra.deploy import DeploySpec, deploy
-        from infra.stack_state import StackConfig
-        from shardline.config import StoreSettings, load_config
-        from shardline.manifest import list_versions
-        from shardline.store import ObjectStore
-        from shardline_cli.main import err, out, print_ingest, run_ingest, use_stack_env
+        from shardline.cli.main import err, out, print_ingest, run_ingest, use_stack_env
+        from shardline.core.config import StoreSettings, load_config
+        from shardline.core.manifest import list_versions
+        from shardline.core.store import ObjectStore
+        from shardline.infra import demo_data, stack
+        from shardline.infra.deploy import DeploySpec, deploy
+        from shardline.infra.stack_state import StackConfig
 
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         with err.status("starting the embedded stack (S3, Prefect + worker, Spark Connect)"):
@@ -137,7 +128,7 @@ def register(app: typer.Typer) -> None:
         t0 = time.monotonic()
         out.print(f"[bold]upload 2[/]: {up['objects']} objects, {up['rows']} rows -> S3 "
                   "notification -> SQS -> event -> ingest-on-upload")
-        from tasks.detect import detect
+        from shardline.tasks.detect import detect
         if detect(store, cfg.dataset) is None:
             out.print("[yellow]these uploads were ingested before: nothing new[/]")
         else:

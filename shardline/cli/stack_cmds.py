@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra import stack
-from infra.snapshot import SnapshotSummary
-from infra.stack_state import StackConfig, StackState, resolve_home, stack_env
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
+from shardline.infra import stack
+from shardline.infra.snapshot import SnapshotSummary
+from shardline.infra.stack_state import StackConfig, StackState, resolve_home, stack_env
 
 out = Console()
 err = Console(stderr=True)
@@ -32,7 +32,7 @@ BucketOpt = typer.Option(None, "--bucket", help="bucket created on up "
 DiscardOpt = typer.Option(False, "--discard", help="do not save the buckets: objects "
                           "written since up are dropped")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "digits.toml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "digits.toml"
 ConfigOpt = typer.Option(DEFAULT_CONFIG, "--config", "-c", envvar="SHARDLINE_CONFIG",
                          help="dataset TOML whose flows are deployed", exists=True,
                          dir_okay=False)
@@ -116,8 +116,8 @@ def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
 
 
 def _deploy(state: StackState, config: Path) -> None:
-    from infra.deploy import DeploySpec, deploy
-    from shardline.config import StoreSettings
+    from shardline.core.config import StoreSettings
+    from shardline.infra.deploy import DeploySpec, deploy
 
     try:
         with err.status(f"deploying flows for {config}", spinner="dots"):

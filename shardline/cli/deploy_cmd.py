@@ -23,11 +23,11 @@ def register(app: typer.Typer) -> None:
         `prefect deploy --all` (PREFECT_API_URL, or the embedded stack's server)."""
         import os
 
-        from infra.deploy import DeploySpec
-        from infra.deploy import deploy as run_deploy
-        from shardline.config import StoreSettings
-        from shardline.errors import ShardlineError
-        from shardline_cli.main import fail, out, use_stack_env
+        from shardline.cli.main import fail, out, use_stack_env
+        from shardline.core.config import StoreSettings
+        from shardline.core.errors import ShardlineError
+        from shardline.infra.deploy import DeploySpec
+        from shardline.infra.deploy import deploy as run_deploy
 
         use_stack_env()
         api = os.environ.get("PREFECT_API_URL")

@@ -22,9 +22,9 @@ from typing import Any
 import xxhash
 
 from shardline import __version__
-from shardline.errors import ObjectExists, StoreError
-from shardline.schema import version_key, versions_prefix
-from shardline.store import ObjectStore
+from shardline.core.errors import ObjectExists, StoreError
+from shardline.core.schema import version_key, versions_prefix
+from shardline.core.store import ObjectStore
 
 FORMAT = 1
 _VERSION_RE = re.compile(r"/v(\d{6})\.json$")

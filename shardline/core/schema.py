@@ -19,7 +19,7 @@ import json
 
 import pyarrow as pa
 
-from shardline.config import DatasetConfig
+from shardline.core.config import DatasetConfig
 
 META_SHAPE = b"shardline.shape"
 META_CLASSES = b"shardline.classes"

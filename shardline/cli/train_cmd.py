@@ -18,12 +18,12 @@ import typer
 
 def _train(config: str, version: int | None, use_flow: bool) -> dict[str, Any]:
     if use_flow and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        from flows.train import train as train_flow
+        from shardline.flows.train import train as train_flow
 
         return train_flow(config=config, version=version)
-    from shardline.config import StoreSettings, load_config
-    from shardline.store import ObjectStore
-    from trainer.run import train
+    from shardline.core.config import StoreSettings, load_config
+    from shardline.core.store import ObjectStore
+    from shardline.trainer.run import train
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
@@ -31,7 +31,7 @@ def _train(config: str, version: int | None, use_flow: bool) -> dict[str, Any]:
 
 
 def print_result(r: dict[str, Any]) -> None:
-    from shardline_cli.main import out
+    from shardline.cli.main import out
 
     verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
     before = "n/a" if r["accuracy_before"] is None else f"{r['accuracy_before']:.4f}"
@@ -63,8 +63,8 @@ def register(app: typer.Typer) -> None:
                                            "UI) or call the trainer directly"),
     ) -> None:
         """Train on a dataset version, continuing from the promoted model."""
-        from shardline.errors import ShardlineError
-        from shardline_cli.main import _prepare, fail
+        from shardline.cli.main import _prepare, fail
+        from shardline.core.errors import ShardlineError
 
         _prepare()
         try:

@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 QuickOpt = typer.Option(False, "--quick", help="CI-sized run (about a minute)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
@@ -31,7 +31,7 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 def _bench_path() -> None:
     """Make the checkout's ``bench`` package importable (it is not installed)."""
     if not (ROOT / "bench" / "loader.py").is_file():
-        from shardline_cli.main import err
+        from shardline.cli.main import err
 
         err.print(f"[bold red]error:[/] bench/ not found under {ROOT}; the benchmarks run "
                   "from a source checkout")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from shardline.errors import ConfigError
+from shardline.core.errors import ConfigError
 
 PARTITION_KEYS = ("batch", "label")
 

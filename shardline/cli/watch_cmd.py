@@ -18,9 +18,9 @@ from typing import Any
 
 import typer
 
-from infra.events.model import EventSink
-from infra.events.stopping import Stopper
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
+from shardline.infra.events.model import EventSink
+from shardline.infra.events.stopping import Stopper
 
 SqsOpt = typer.Option(None, "--sqs", metavar="QUEUE_URL",
                       help="consume S3 bucket notifications from this SQS queue")
@@ -59,7 +59,7 @@ def _sink(api_url: str | None) -> EventSink:
 
 def _watch_sqs(queue_url: str, sink: EventSink, stopper: Stopper, wait_s: int,
                max_events: int | None, once: bool) -> dict[str, Any]:
-    from infra.events import sqs
+    from shardline.infra.events import sqs
 
     client = sqs.sqs_client(queue_url)
     sqs.check_queue(client, queue_url)
@@ -71,7 +71,7 @@ def _watch_sqs(queue_url: str, sink: EventSink, stopper: Stopper, wait_s: int,
 
 def _watch_webhook(sink: EventSink, stopper: Stopper, host: str, port: int, token_env: str,
                    max_bytes: int, max_events: int | None) -> dict[str, Any]:
-    from infra.events.webhook import WebhookReceiver, WebhookSettings
+    from shardline.infra.events.webhook import WebhookReceiver, WebhookSettings
 
     token = os.environ.get(token_env, "")
     if not token:
@@ -87,10 +87,10 @@ def _watch_webhook(sink: EventSink, stopper: Stopper, host: str, port: int, toke
 def _watch_poll(sink: EventSink, stopper: Stopper, interval_s: float, prefix: str,
                 bucket: str | None, cursor: Path | None, home: Path | None,
                 skip_existing: bool, max_events: int | None, once: bool) -> dict[str, Any]:
-    from infra.events.poll import default_cursor_path, run_poller
-    from infra.stack_state import resolve_home
-    from shardline.config import StoreSettings
-    from shardline.store import ObjectStore
+    from shardline.core.config import StoreSettings
+    from shardline.core.store import ObjectStore
+    from shardline.infra.events.poll import default_cursor_path, run_poller
+    from shardline.infra.stack_state import resolve_home
 
     settings = StoreSettings.from_env()
     if bucket:
@@ -114,7 +114,7 @@ def watch(sqs: str | None = SqsOpt, webhook: bool = WebhookOpt, poll: float | No
           api_url: str | None = ApiOpt, home: Path | None = HomeOpt,
           as_json: bool = JsonOpt) -> None:
     """Post an s3.object.created event to Prefect for every upload (one source at a time)."""
-    from shardline_cli.main import _prepare, err, fail
+    from shardline.cli.main import _prepare, err, fail
 
     chosen = [name for name, on in (("--sqs", sqs), ("--webhook", webhook),
                                      ("--poll", poll is not None)) if on]

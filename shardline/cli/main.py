@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from shardline.errors import ShardlineError
+from shardline.core.errors import ShardlineError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="shardline: S3 uploads -> validated Arrow dataset versions -> training.")
@@ -33,8 +33,8 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 
 def use_stack_env() -> dict[str, str] | None:
     """When an embedded stack is up, set its endpoints for variables not already set."""
-    from infra.stack import running_stack
-    from infra.stack_state import resolve_home, stack_env
+    from shardline.infra.stack import running_stack
+    from shardline.infra.stack_state import resolve_home, stack_env
 
     state = running_stack(resolve_home())
     if state is None:
@@ -61,7 +61,7 @@ def fail(exc: Exception, as_json: bool) -> None:
 
 def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
     """Run the ingest flow once (used by ``ingest`` and ``demo``)."""
-    from flows.ingest import ingest as ingest_flow
+    from shardline.flows.ingest import ingest as ingest_flow
 
     with err.status(f"ingesting with {config} (Prefect: "
                     f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})", spinner="dots"):
@@ -99,10 +99,10 @@ def print_ingest(r: dict[str, Any]) -> None:
 def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """List the dataset's versions with their counts (latest first)."""
     _prepare()
-    from shardline.config import StoreSettings, load_config
-    from shardline.manifest import list_versions, read_manifest
-    from shardline.store import ObjectStore
-    from tasks.artifacts import versions_rows
+    from shardline.core.config import StoreSettings, load_config
+    from shardline.core.manifest import list_versions, read_manifest
+    from shardline.core.store import ObjectStore
+    from shardline.tasks.artifacts import versions_rows
 
     try:
         cfg = load_config(config).dataset
@@ -128,8 +128,8 @@ def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
 def _register_optional() -> None:
     """Commands that live beside their own layer (stack, training, demo)."""
     for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd"):
-        if importlib.util.find_spec(f"shardline_cli.{name}") is not None:
-            importlib.import_module(f"shardline_cli.{name}").register(app)
+        if importlib.util.find_spec(f"shardline.cli.{name}") is not None:
+            importlib.import_module(f"shardline.cli.{name}").register(app)
 
 
 _register_optional()

@@ -22,8 +22,8 @@ import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardline.config import StoreSettings
-from shardline.errors import ObjectChanged, ObjectExists, StoreError
+from shardline.core.config import StoreSettings
+from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,120 @@
+"""Architecture rules as tests: one for each "never" of docs/design.md ("Layering").
+
+Imports are read from the source (every ``import`` / ``from`` statement, function-level ones
+included), so a rule breaks the moment someone writes the import, not only when a test
+happens to execute it. One probe also imports the trainer in a fresh interpreter and looks
+at what it actually loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "shardline"
+# The namespace's sub-packages that live in top-level folders (installed as shardline.X).
+MAPPED = ("flows", "tasks", "trainer", "infra")
+
+
+def _module_files() -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    found = (Path(d) / f for d, _, fs in os.walk(PKG, followlinks=True) for f in fs)
+    for path in sorted(p for p in found if p.suffix == ".py"):
+        rel = path.relative_to(PKG).with_suffix("")
+        parts = ["shardline", *rel.parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        files[".".join(parts)] = path
+    return files
+
+
+MODULES = _module_files()
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    """Absolute names of everything ``module`` imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.add(base)
+            # "from shardline.trainer import dist" imports the sub-module dist
+            out.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES)
+    return out
+
+
+IMPORTS = {m: _imports(m, p) for m, p in MODULES.items()}
+
+
+def _in(name: str, *prefixes: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _violations(owner: str, forbidden: tuple[str, ...], allow: tuple[str, ...] = ()) -> list[str]:
+    return sorted(f"{m} imports {i}" for m, imps in IMPORTS.items() if _in(m, owner)
+                  for i in imps if _in(i, *forbidden) and not _in(i, *allow))
+
+
+def test_every_mapped_folder_is_in_the_namespace() -> None:
+    for name in MAPPED:
+        assert (PKG / name / "__init__.py").is_file(), f"shardline/{name} does not reach {name}/"
+        assert f"shardline.{name}" in MODULES
+
+
+def test_the_core_imports_nothing_else_of_ours() -> None:
+    others = tuple(f"shardline.{n}" for n in (*MAPPED, "cli", "api"))
+    assert _violations("shardline.core", others) == []
+
+
+def test_the_trainer_imports_no_orchestration_no_spark_and_no_ingest() -> None:
+    forbidden = ("prefect", "pyspark", "great_expectations", "shardline.tasks",
+                 "shardline.flows", "shardline.infra", "shardline.cli")
+    assert _violations("shardline.trainer", forbidden) == []
+
+
+def test_tasks_import_no_flows_and_infra_imports_no_stage() -> None:
+    assert _violations("shardline.tasks", ("shardline.flows", "shardline.cli")) == []
+    assert _violations("shardline.infra", ("shardline.flows", "shardline.tasks",
+                                           "shardline.trainer", "shardline.cli")) == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    outside = {m: i for m, i in IMPORTS.items() if not _in(m, "shardline.cli")}
+    assert sorted(f"{m} imports {n}" for m, imps in outside.items() for n in imps
+                  if _in(n, "shardline.cli")) == []
+    bench = [p for p in (ROOT / "bench").glob("*.py") if "shardline.cli" in p.read_text()]
+    assert bench == []
+
+
+def test_the_rules_see_imports() -> None:
+    """The rules above would pass on an empty graph: check the reader finds real arrows."""
+    assert "shardline.core.store" in IMPORTS["shardline.trainer.cache"]
+    assert "shardline.core.errors" in IMPORTS["shardline.core.config"]
+    assert len(MODULES) > 60
+
+
+@pytest.mark.timeout(120)
+def test_importing_the_trainer_loads_no_prefect_or_spark() -> None:
+    code = ("import json, sys, shardline.trainer.run, shardline.trainer.__main__; "
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert "torch" in loaded and "shardline.trainer.run" in loaded   # the probe itself worked
+    tops = {m.split(".")[0] for m in loaded}
+    assert not tops & {"prefect", "pyspark", "great_expectations"}
+    assert not {m for m in loaded if _in(m, "shardline.tasks", "shardline.flows")}
