@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
 from shardline.infra import procs, services, snapshot, worker
 from shardline.infra.events import service as events_service
 from shardline.infra.stack_state import (
@@ -55,8 +57,6 @@ from shardline.infra.stack_state import (
     stack_env,
     status,
 )
-from shardline.core.config import StoreSettings
-from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
 

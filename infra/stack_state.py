@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardline.infra.services import Service
 from shardline.core.errors import ShardlineError
+from shardline.infra.services import Service
 
 DEFAULT_HOME = ".shardline"
 DEFAULT_BUCKET = "shardline"

@@ -1,4 +1,4 @@
-"""``python -m shardline.trainer`` / ``torchrun --nproc-per-node N -m shardline.trainer``: train without Prefect.
+"""``python -m shardline.trainer`` (or under ``torchrun``): train without Prefect.
 
 The same entry point the ``shardline train`` command and the Prefect ``train`` flow call,
 for GPU images that carry only the trainer. Rank 0 prints the result; progress goes to
@@ -21,7 +21,8 @@ from shardline.trainer.run import train
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m shardline.trainer", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m shardline.trainer",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="dataset TOML file")
     p.add_argument("--version", type=int, default=None, help="dataset version (default: latest)")
     p.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")

@@ -24,7 +24,12 @@ from typing import Any
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.manifest import now_iso
 from shardline.core.store import ObjectStore
-from shardline.trainer.checkpoint import bytes_to_tensors, header_metadata, json_bytes, tensors_to_bytes
+from shardline.trainer.checkpoint import (
+    bytes_to_tensors,
+    header_metadata,
+    json_bytes,
+    tensors_to_bytes,
+)
 
 _NUM_RE = re.compile(r"/(\d{6})/$")
 

@@ -43,7 +43,13 @@ from shardline.trainer.loader import eval_batches, make_train_loader
 from shardline.trainer.loop import LoopHooks, LoopState, run_loop
 from shardline.trainer.model import arch, build_model
 from shardline.trainer.options import RunOptions
-from shardline.trainer.parent import Start, load_parent, make_optimizer, promoted_model, resolve_start
+from shardline.trainer.parent import (
+    Start,
+    load_parent,
+    make_optimizer,
+    promoted_model,
+    resolve_start,
+)
 from shardline.trainer.plan import TrainPlan, make_plan
 from shardline.trainer.publish import publish
 from shardline.trainer.reader import BufferPool, ShardReader

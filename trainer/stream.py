@@ -26,7 +26,14 @@ from torchdata.nodes import BaseNode
 
 from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
 from shardline.trainer.plan import PlannedShard, TrainPlan
-from shardline.trainer.reader import BufferPool, Picks, ShardReader, as_nchw, build_picks, gather_into
+from shardline.trainer.reader import (
+    BufferPool,
+    Picks,
+    ShardReader,
+    as_nchw,
+    build_picks,
+    gather_into,
+)
 
 Batch = dict[str, Any]
 

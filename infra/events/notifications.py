@@ -19,8 +19,8 @@ import json
 from typing import Any
 from urllib.parse import unquote_plus
 
-from shardline.infra.events.model import ObjectCreated, is_upload
 from shardline.core.errors import ShardlineError
+from shardline.infra.events.model import ObjectCreated, is_upload
 
 
 class NotificationError(ShardlineError):

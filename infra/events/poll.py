@@ -29,10 +29,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from shardline.infra.events.model import EventPostError, EventSink, ObjectCreated, is_upload, normalize_etag
-from shardline.infra.events.stopping import Stopper
 from shardline.core.errors import ShardlineError, StoreError
 from shardline.core.store import ObjectStore
+from shardline.infra.events.model import (
+    EventPostError,
+    EventSink,
+    ObjectCreated,
+    is_upload,
+    normalize_etag,
+)
+from shardline.infra.events.stopping import Stopper
 
 log = logging.getLogger(__name__)
 CURSOR_FORMAT = 1

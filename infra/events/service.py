@@ -23,9 +23,9 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shardline.core.errors import ShardlineError
 from shardline.infra import procs, services
 from shardline.infra.stack_state import ACCESS_KEY, REGION, SECRET_KEY, StackConfig, StackState
-from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from urllib.parse import urlsplit
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
+from shardline.core.errors import ShardlineError
 from shardline.infra.events.model import EventPostError, EventSink, ObjectCreated
 from shardline.infra.events.notifications import NotificationError, parse_notification
 from shardline.infra.events.stopping import Interrupted, Stopper
-from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 PERMANENT_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist",

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from shardline.core.errors import ShardlineError
 from shardline.infra.events.model import EventPostError, EventSink
 from shardline.infra.events.notifications import NotificationError, parse_notification
 from shardline.infra.events.stopping import Stopper
-from shardline.core.errors import ShardlineError
 
 log = logging.getLogger(__name__)
 MIN_TOKEN_CHARS = 16
