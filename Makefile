@@ -43,6 +43,7 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check shardline tasks flows trainer infra bench tests
+	$(BIN)/mypy
 
 up: setup
 	$(BIN)/shardline up

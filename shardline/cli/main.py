@@ -12,7 +12,6 @@ import importlib.util
 import json
 import logging
 import os
-import sys
 from typing import Any
 
 import typer
@@ -140,4 +139,4 @@ def main() -> None:  # pragma: no cover - console entry
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -176,7 +176,7 @@ def _coerce(tp: Any, value: Any, where: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, Mapping):
             raise ConfigError(f"[{where}] must be a table, got {type(value).__name__}")
-        return _build(tp, value, where)
+        return _build(typing.cast(type, tp), value, where)
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where} must be a list, got {value!r}")

@@ -11,6 +11,7 @@ and loader threads do (clients are not shared across processes).
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -136,9 +137,9 @@ class ObjectStore:
             raise self._fail("list", prefix, exc,
                              "check SHARDLINE_BUCKET, the endpoint and credentials") from exc
 
-    def list_prefixes(self, prefix: str) -> list[str]:
+    def list_prefixes(self, prefix: str) -> builtins.list[str]:
         """Immediate sub-folders of ``prefix`` (common prefixes with delimiter '/')."""
-        out: list[str] = []
+        out: builtins.list[str] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=prefix, Delimiter="/"
