@@ -28,7 +28,7 @@ from PIL import Image
 
 from shardline.core.config import DatasetConfig
 from shardline.core.schema import data_schema
-from shardline.tasks.shards import encode_ipc
+from shardline.tasks.convert.shard_writer import encode_ipc
 
 
 class LocalDirStore:

@@ -38,7 +38,7 @@ from shardline.core.manifest import (
     now_iso,
 )
 from shardline.core.schema import data_schema, describe, fingerprint, shard_key
-from shardline.tasks.shards import encode_ipc
+from shardline.tasks.convert.shard_writer import encode_ipc
 
 FORMAT_VERSION = 2   # 2: manifests carry xxh3_128
 COMPRESSIONS = ("none", "lz4")

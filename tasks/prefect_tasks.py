@@ -21,11 +21,11 @@ from shardline.core.errors import (
 )
 from shardline.core.manifest import Manifest, latest_manifest, list_versions, read_manifest
 from shardline.core.store import ObjectStore
-from shardline.tasks import convert as convert_mod
 from shardline.tasks import detect as detect_mod
 from shardline.tasks import publish as publish_mod
 from shardline.tasks import sweep as sweep_mod
 from shardline.tasks import validate as validate_mod
+from shardline.tasks.convert import stage as convert_mod
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -47,10 +47,10 @@ from shardline.core.schema import (
     version_key,
 )
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert import Converted
-from shardline.tasks.dedupe import IDS_SCHEMA, load_published_ids
+from shardline.tasks.convert.dedupe import IDS_SCHEMA, load_published_ids
+from shardline.tasks.convert.shard_writer import WrittenShard, encode_ipc
+from shardline.tasks.convert.stage import Converted
 from shardline.tasks.detect import write_claim
-from shardline.tasks.shards import WrittenShard, encode_ipc
 from shardline.tasks.validate import ValidationReport
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ValidationFailed
 from shardline.core.schema import report_key
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert import Converted
+from shardline.tasks.convert.stage import Converted
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ def store(store_settings: StoreSettings) -> ObjectStore:
 
 @pytest.fixture(scope="session")
 def spark_remote(server_dir: Path) -> Iterator[str]:
-    from shardline.tasks.spark import close_sessions
+    from shardline.tasks.convert.spark import close_sessions
 
     svc = services.start_spark_connect(procs.free_port(), server_dir / "spark")
     try:

@@ -14,7 +14,7 @@ from shardline.core.config import DatasetConfig, SparkSettings, parse_config
 from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import CLASSES
-from shardline.tasks.convert import convert
+from shardline.tasks.convert.stage import convert
 from shardline.tasks.detect import detect
 from shardline.tasks.publish import Published, publish
 from shardline.tasks.validate import require_success, validate

@@ -14,7 +14,7 @@ from shardline.core.manifest import latest_manifest, list_versions, read_manifes
 from shardline.core.schema import staging_prefix
 from shardline.infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes
 from shardline.tasks import publish as publish_mod
-from shardline.tasks.convert import convert
+from shardline.tasks.convert.stage import convert
 from shardline.tasks.detect import detect
 from shardline.tasks.sweep import sweep
 from shardline.tasks.validate import validate

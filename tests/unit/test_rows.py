@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from shardline.tasks.rows import RowError, decode_image, label_index, normalise_id
+from shardline.tasks.convert.rows import RowError, decode_image, label_index, normalise_id
 
 CLASSES = ("cat", "dog", "bird")
 

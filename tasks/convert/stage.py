@@ -1,9 +1,9 @@
 """Convert: a batch of sources -> staged Arrow IPC shards + quarantine, with Spark.
 
 The driver plans units of work (whole sources; where a batch has fewer objects than useful
-tasks, large JSONL and Parquet objects are cut into slices, see ``tasks.split``), packs them
-into size-balanced groups (largest first onto the least-loaded task), runs one Spark task
-per group (``spark.range(n, numPartitions=n).mapInArrow``, see ``convert_job``), collects
+tasks, large JSONL and Parquet objects are cut into slices, see ``split``), packs them
+into size-balanced groups (largest first onto the least-loaded task; see ``plan``), runs
+one Spark task per group (``spark.range(n, numPartitions=n).mapInArrow``, see ``job``), collects
 the per-row metadata once (collecting twice would re-run the tasks), removes duplicate ids,
 and returns what publish and validate need. Every input row appears in the metadata exactly
 once: as a row of a staged data shard or as a quarantine row with its rule; an unreadable
@@ -15,11 +15,9 @@ and the quarantine read the same either way.
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -29,12 +27,12 @@ from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.manifest import Manifest
 from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
-from shardline.tasks import spark as spark_sessions
-from shardline.tasks.convert_job import META_DDL, ConvertJob, run_partition
-from shardline.tasks.dedupe import find_duplicates, load_published_ids, remove_duplicates
-from shardline.tasks.detect import Batch, Source
-from shardline.tasks.shards import WrittenShard
-from shardline.tasks.split import SPLITTERS, Part
+from shardline.tasks.convert import spark as spark_sessions
+from shardline.tasks.convert.dedupe import find_duplicates, load_published_ids, remove_duplicates
+from shardline.tasks.convert.job import META_DDL, ConvertJob, run_partition
+from shardline.tasks.convert.plan import MIN_TASK_BYTES, plan_groups, plan_parts, useful_tasks
+from shardline.tasks.convert.shard_writer import WrittenShard
+from shardline.tasks.detect import Batch
 
 log = logging.getLogger(__name__)
 
@@ -76,68 +74,6 @@ class Converted:
     def published_ids(self) -> pa.Array:
         mask = pc.equal(self.rows.column("status"), "ok")
         return self.rows.filter(mask).column("id").combine_chunks()
-
-
-def plan_groups(units: Sequence[Source | Part], tasks: int) -> tuple[tuple[Part, ...], ...]:
-    """Pack units of work (sources, taken whole, or parts from :func:`plan_parts`) into at
-    most ``tasks`` groups of similar byte size (LPT scheduling)."""
-    parts = [u if isinstance(u, Part) else Part.of(u) for u in units]
-    n = max(1, min(tasks, len(parts)))
-    heap = [(0, i) for i in range(n)]
-    groups: list[list[Part]] = [[] for _ in range(n)]
-    for part in sorted(parts, key=lambda p: (-p.size, p.key, p.start)):
-        load, i = heapq.heappop(heap)
-        groups[i].append(part)
-        heapq.heappush(heap, (load + max(part.size, 1), i))
-    return tuple(tuple(sorted(g, key=lambda p: (p.key, p.start))) for g in groups if g)
-
-
-# Below this much input per task, splitting further costs more (more, smaller shards and
-# per-task start-up) than the parallelism gains.
-MIN_TASK_BYTES = 8 * 1024 * 1024
-
-
-def useful_tasks(total_bytes: int, parallelism: int, min_task_bytes: int = MIN_TASK_BYTES
-                 ) -> int:
-    """Two tasks per core for large batches (stragglers even out), fewer for small ones."""
-    by_size = -(-total_bytes // max(1, min_task_bytes))
-    return max(1, min(2 * parallelism, by_size))
-
-
-def plan_task_count(batch: Batch, parallelism: int) -> int:
-    """Tasks for the batch's sources taken whole: :func:`useful_tasks`, but no more than
-    there are sources (what :func:`plan_parts` raises by slicing large objects)."""
-    return max(1, min(useful_tasks(batch.bytes, parallelism), len(batch.sources)))
-
-
-def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MIN_TASK_BYTES
-                 ) -> list[int]:
-    """How many slices to cut each source into (1: keep it whole). Only when there are fewer
-    sources than ``tasks``: then each JSONL or Parquet object larger than a task's share of
-    the bytes (never less than ``min_task_bytes``) gets about one slice per share."""
-    if len(sources) >= tasks:
-        return [1] * len(sources)
-    share = max(1, min_task_bytes, -(-sum(s.size for s in sources) // tasks))
-    return [-(-s.size // share) if s.format in SPLITTERS else 1 for s in sources]
-
-
-def plan_parts(store: ObjectStore, sources: Sequence[Source], tasks: int,
-               min_task_bytes: int = MIN_TASK_BYTES) -> tuple[Part, ...]:
-    """The units of work for ``tasks`` tasks: whole sources, and slices of the large objects
-    :func:`slice_counts` picks, so that one large upload keeps every core busy. The driver
-    reads each object it cuts once (JSONL, streamed) or only its footer (Parquet), see
-    ``tasks.split``; an object it cannot plan stays whole."""
-    parts: list[Part] = []
-    for src, pieces in zip(sources, slice_counts(sources, tasks, min_task_bytes), strict=True):
-        if pieces < 2:
-            parts.append(Part.of(src))
-            continue
-        sliced = SPLITTERS[src.format](store, src, pieces)
-        if len(sliced) > 1:
-            log.info("%s: %d bytes in %d slices (%s)", src.key, src.size, len(sliced),
-                     ", ".join(f"{p.start}..{p.stop} from row {p.first_row}" for p in sliced))
-        parts.extend(sliced)
-    return tuple(parts)
 
 
 def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:

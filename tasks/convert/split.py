@@ -1,7 +1,7 @@
 """Slices of large objects: the units of work convert packs into Spark tasks.
 
 Convert runs one Spark task per group of units. A unit is a whole source, except where a
-batch has fewer objects than useful tasks (``tasks.convert.plan_parts``): then a large
+batch has fewer objects than useful tasks (``plan.plan_parts``): then a large
 JSONL or Parquet object is cut into slices, so that a single 160 MB upload is several tasks
 rather than one. Splitting is a planning detail of convert only: the batch, its id and the
 ledger still name whole objects, and every row keeps the ``source_row`` it has unsplit.

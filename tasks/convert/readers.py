@@ -5,7 +5,7 @@ A reader yields :class:`Record` (a row that parsed: id, label and image still ra
 at all raises :class:`Unreadable`; the converter then quarantines the whole object as one
 row with ``source_row = -1``. Row indices are 0-based positions within the object (the line
 for JSONL, the data row for CSV, the table row for Parquet and Zarr, 0 for an image file),
-so a person can find the row again. A slice of a large object (``tasks.split``) numbers
+so a person can find the row again. A slice of a large object (``split``) numbers
 its rows the same way, and never raises :class:`Unreadable`: only an object that could be
 planned is sliced, so "cannot be read at all" stays one row per object.
 """
@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectChanged, StoreError
 from shardline.core.store import ObjectStore
+from shardline.tasks.convert.split import Part, RangedObject
 from shardline.tasks.detect import Source
-from shardline.tasks.split import Part, RangedObject
 
 ZARR_CHUNK_ROWS = 4096
 
@@ -65,7 +65,7 @@ class Unreadable(Exception):
 def read_source(store: ObjectStore, part: Part, cfg: DatasetConfig
                 ) -> Iterator[Record | Problem]:
     """Dispatch on the format of ``part.source``; a slice of a large object (see
-    ``tasks.split``) reads only its byte range or row groups."""
+    ``split``) reads only its byte range or row groups."""
     src = part.source
     if not part.whole:
         slice_readers = {"jsonl": _read_jsonl_slice, "parquet": _read_parquet_slice}

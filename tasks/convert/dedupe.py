@@ -19,7 +19,7 @@ import pyarrow.ipc as ipc
 from shardline.core.config import DatasetConfig
 from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
-from shardline.tasks.shards import WrittenShard, put_shard, quarantine_table
+from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 
 log = logging.getLogger(__name__)
 

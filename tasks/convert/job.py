@@ -5,7 +5,7 @@ the DataFrame Spark schedules holds only task numbers; each task looks up its gr
 object keys, reads them itself through the S3 API, decodes images once, and writes its own
 staged shards under ``staging/<run>/`` with its task number *and attempt number* in the
 file name (a retried or speculative attempt never overwrites another attempt's file). Two
-slices of one large object (``tasks.split``) are two units of work, in different tasks or
+slices of one large object (``split``) are two units of work, in different tasks or
 one after the other through the same task's writer (whose sequence number goes on), so
 they never share a name either. It returns one small metadata row per input row (and one
 per shard written); only what the driver collects from the successful attempts is ever
@@ -22,11 +22,16 @@ import pyarrow as pa
 from shardline.core.config import DatasetConfig, StoreSettings
 from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
+from shardline.tasks.convert.readers import Problem, Record, Unreadable, read_source
+from shardline.tasks.convert.rows import Normaliser, RowError
+from shardline.tasks.convert.shard_writer import (
+    DataShardWriter,
+    WrittenShard,
+    put_shard,
+    quarantine_table,
+)
+from shardline.tasks.convert.split import Part
 from shardline.tasks.detect import Source
-from shardline.tasks.formats import Problem, Record, Unreadable, read_source
-from shardline.tasks.rows import Normaliser, RowError
-from shardline.tasks.shards import DataShardWriter, WrittenShard, put_shard, quarantine_table
-from shardline.tasks.split import Part
 
 META_SCHEMA = pa.schema(
     [
