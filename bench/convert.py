@@ -36,8 +36,8 @@ from bench.convert_data import FORMATS, InputSpec, ensure_inputs  # noqa: E402
 from bench.convert_ref import LocalDirStore, pyarrow_convert  # noqa: E402
 from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings  # noqa: E402
 from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.tasks.batch import Batch, Source  # noqa: E402
 from shardline.tasks.convert.stage import Converted  # noqa: E402
-from shardline.tasks.detect import Batch, Source  # noqa: E402
 
 IN = "incoming/bench-convert"
 

@@ -29,11 +29,11 @@ from bench.convert_ref import LocalDirStore
 from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.infra import procs, services
+from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
 from shardline.tasks.convert.job import META_DDL, ConvertJob, convert_group
 from shardline.tasks.convert.plan import plan_groups, plan_task_count
 from shardline.tasks.convert.stage import Converted, assemble, convert
-from shardline.tasks.detect import Batch
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from shardline.tasks import detect as detect_mod
 from shardline.tasks import publish as publish_mod
 from shardline.tasks import sweep as sweep_mod
 from shardline.tasks import validate as validate_mod
+from shardline.tasks.batch import Batch
 from shardline.tasks.convert import stage as convert_mod
 
 
@@ -53,7 +54,7 @@ def sweep_stage(cfg: DatasetConfig, store: StoreSettings, run_id: str) -> sweep_
 
 
 @task(name="detect", **RETRY)
-def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> detect_mod.Batch | None:
+def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> Batch | None:
     batch = detect_mod.detect(ObjectStore(store), cfg)
     log = get_run_logger()
     if batch is None:
@@ -66,7 +67,7 @@ def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> detect_mod.Batch |
 
 @task(name="convert", task_run_name="convert-{batch.id}", **RETRY)
 def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
-                  batch: detect_mod.Batch, run_id: str) -> convert_mod.Converted:
+                  batch: Batch, run_id: str) -> convert_mod.Converted:
     s = ObjectStore(store)
     conv = convert_mod.convert(s, cfg, spark, batch, run_id, latest_manifest(s, cfg.prefix))
     get_run_logger().info(

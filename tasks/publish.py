@@ -20,7 +20,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardline.core.config import DatasetConfig, config_to_dict
@@ -47,10 +46,9 @@ from shardline.core.schema import (
     version_key,
 )
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert.dedupe import IDS_SCHEMA, load_published_ids
-from shardline.tasks.convert.shard_writer import WrittenShard, encode_ipc
+from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
-from shardline.tasks.detect import write_claim
+from shardline.tasks.ledger import load_published_ids, write_claim, write_ids
 from shardline.tasks.validate import ValidationReport
 
 log = logging.getLogger(__name__)
@@ -175,8 +173,7 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
         _check_rebase(store, conv, latest)
         if not copied:
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])
-            ids = pa.Table.from_arrays([conv.published_ids()], schema=IDS_SCHEMA)
-            store.put_bytes(ids_path, memoryview(encode_ipc(ids, "none", 1 << 20)))
+            write_ids(store, ids_path, conv.published_ids())
             copied = [e.path for _, e in data + quarantine] + [ids_path]
         m = _manifest(cfg, conv, report, latest, [e for _, e in data],
                       [e for _, e in quarantine], ids_path)

@@ -17,26 +17,10 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core.config import DatasetConfig
-from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 
 log = logging.getLogger(__name__)
-
-IDS_SCHEMA = pa.schema([("id", pa.string())])
-
-
-def load_published_ids(store: ObjectStore, manifest: Manifest | None) -> pa.Array:
-    """Every id of the dataset at ``manifest`` (from the per-batch id index files)."""
-    if manifest is None:
-        return pa.array([], pa.string())
-    parts = []
-    for b in manifest.batches:
-        with ipc.open_file(pa.BufferReader(store.get_bytes(b.ids_path))) as f:
-            parts.append(f.read_all().column("id"))
-    return pa.chunked_array(parts, pa.string()).combine_chunks() if parts else \
-        pa.array([], pa.string())
-
 
 @dataclass(frozen=True)
 class Duplicate:

@@ -22,7 +22,9 @@ import pyarrow as pa
 from shardline.core.config import DatasetConfig, StoreSettings
 from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert.readers import Problem, Record, Unreadable, read_source
+from shardline.tasks.batch import Source
+from shardline.tasks.convert.formats import read_source
+from shardline.tasks.convert.readers import Problem, Record, Unreadable
 from shardline.tasks.convert.rows import Normaliser, RowError
 from shardline.tasks.convert.shard_writer import (
     DataShardWriter,
@@ -31,7 +33,6 @@ from shardline.tasks.convert.shard_writer import (
     quarantine_table,
 )
 from shardline.tasks.convert.split import Part
-from shardline.tasks.detect import Source
 
 META_SCHEMA = pa.schema(
     [

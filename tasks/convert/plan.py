@@ -10,8 +10,9 @@ import logging
 from collections.abc import Sequence
 
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert.split import SPLITTERS, Part
-from shardline.tasks.detect import Batch, Source
+from shardline.tasks.batch import Batch, Source
+from shardline.tasks.convert.formats import splitter
+from shardline.tasks.convert.split import Part
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MI
     if len(sources) >= tasks:
         return [1] * len(sources)
     share = max(1, min_task_bytes, -(-sum(s.size for s in sources) // tasks))
-    return [-(-s.size // share) if s.format in SPLITTERS else 1 for s in sources]
+    return [-(-s.size // share) if splitter(s.format) is not None else 1 for s in sources]
 
 
 def plan_parts(store: ObjectStore, sources: Sequence[Source], tasks: int,
@@ -70,7 +71,9 @@ def plan_parts(store: ObjectStore, sources: Sequence[Source], tasks: int,
         if pieces < 2:
             parts.append(Part.of(src))
             continue
-        sliced = SPLITTERS[src.format](store, src, pieces)
+        split = splitter(src.format)
+        assert split is not None   # slice_counts cuts only formats with a splitter
+        sliced = split(store, src, pieces)
         if len(sliced) > 1:
             log.info("%s: %d bytes in %d slices (%s)", src.key, src.size, len(sliced),
                      ", ".join(f"{p.start}..{p.stop} from row {p.first_row}" for p in sliced))

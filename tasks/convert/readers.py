@@ -1,4 +1,5 @@
-"""Readers: one per input format, each turning a source into raw records.
+"""Readers: one per input format, each turning a source into raw records. Which reader
+reads which format is the registry's business (``formats.FORMATS``).
 
 A reader yields :class:`Record` (a row that parsed: id, label and image still raw) or
 :class:`Problem` (a row that did not parse, with its rule). A source that cannot be read
@@ -27,8 +28,8 @@ import pyarrow.parquet as pq
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectChanged, StoreError
 from shardline.core.store import ObjectStore
+from shardline.tasks.batch import Source
 from shardline.tasks.convert.split import Part, RangedObject
-from shardline.tasks.detect import Source
 
 ZARR_CHUNK_ROWS = 4096
 
@@ -62,39 +63,13 @@ class Unreadable(Exception):
         self.message = message
 
 
-def read_source(store: ObjectStore, part: Part, cfg: DatasetConfig
-                ) -> Iterator[Record | Problem]:
-    """Dispatch on the format of ``part.source``; a slice of a large object (see
-    ``split``) reads only its byte range or row groups."""
-    src = part.source
-    if not part.whole:
-        slice_readers = {"jsonl": _read_jsonl_slice, "parquet": _read_parquet_slice}
-        yield from slice_readers[src.format](store, part, cfg)
-        return
-    if src.format == "zarr":
-        yield from read_zarr(store, src, cfg)
-        return
-    if src.format == "unknown":
-        ext = posixpath.splitext(src.key)[1] or "(none)"
-        raise Unreadable("unreadable_object",
-                         f"unsupported file type {ext}; upload .jsonl, .csv, .parquet, "
-                         ".png/.jpg (ImageFolder) or a .zarr group")
-    data = store.get_bytes(src.key)
-    if len(data) != src.size:
-        raise Unreadable("truncated_file",
-                         f"read {len(data)} bytes but the listing said {src.size}")
-    readers = {"jsonl": read_jsonl, "csv": read_csv, "parquet": read_parquet,
-               "image": read_image_file}
-    yield from readers[src.format](data, src, cfg)
-
-
 def _changed(part: Part, exc: ObjectChanged) -> ObjectChanged:
     return ObjectChanged(
         f"{exc}. It changed while convert read it in slices ({part.describe()}); nothing of "
         "this run is published: re-run the ingest, which lists the new upload as a new source")
 
 
-def _read_jsonl_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+def read_jsonl_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
                       ) -> Iterator[Record | Problem]:
     """Lines of a byte range that starts and ends on a line boundary (the last slice ends
     where the object ends, so a cut-off last line is still seen as one)."""
@@ -201,7 +176,7 @@ def _parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
         )
 
 
-def _read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+def read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
                         ) -> Iterator[Record | Problem]:
     """Rows of a range of row groups, one row group at a time, read with ranged GETs (the
     footer, then each row group's column chunks)."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from shardline.core.errors import StoreError
 from shardline.core.store import ObjectStore
-from shardline.tasks.detect import Source
+from shardline.tasks.batch import Source
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +227,3 @@ def split_parquet(store: ObjectStore, src: Source, pieces: int) -> tuple[Part, .
 def _keep_whole(src: Source, why: str) -> tuple[Part, ...]:
     log.warning("not splitting %s: %s; one task converts it whole", src.key, why)
     return (Part.of(src),)
-
-
-# CSV is absent on purpose: a quoted field may hold a newline, so a cut can land mid-record.
-SPLITTERS: dict[str, Callable[[ObjectStore, Source, int], tuple[Part, ...]]] = {
-    "jsonl": split_jsonl,
-    "parquet": split_parquet,
-}

@@ -27,12 +27,13 @@ from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.manifest import Manifest
 from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
+from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
-from shardline.tasks.convert.dedupe import find_duplicates, load_published_ids, remove_duplicates
+from shardline.tasks.convert.dedupe import find_duplicates, remove_duplicates
 from shardline.tasks.convert.job import META_DDL, ConvertJob, run_partition
 from shardline.tasks.convert.plan import MIN_TASK_BYTES, plan_groups, plan_parts, useful_tasks
 from shardline.tasks.convert.shard_writer import WrittenShard
-from shardline.tasks.detect import Batch
+from shardline.tasks.ledger import load_published_ids
 
 log = logging.getLogger(__name__)
 

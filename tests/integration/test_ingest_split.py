@@ -19,11 +19,12 @@ import pytest
 from shardline.core.errors import ObjectChanged
 from shardline.core.manifest import latest_manifest
 from shardline.infra.demo_data import CLASSES, bad_jsonl_lines, digits
+from shardline.tasks.batch import Batch, Source
 from shardline.tasks.convert.job import convert_group
 from shardline.tasks.convert.plan import plan_parts
 from shardline.tasks.convert.split import Part
 from shardline.tasks.convert.stage import Converted, convert
-from shardline.tasks.detect import Batch, Source, detect
+from shardline.tasks.detect import detect
 from shardline.tasks.publish import publish
 from shardline.tasks.validate import require_success, validate
 from tests.integration.ingest_helpers import (

@@ -118,7 +118,7 @@ def test_racing_publishers_of_different_batches_get_distinct_versions(store, spa
     a = _staged(store, cfg, spark)
     store.put_bytes(f"{IN}p2.jsonl", jsonl_bytes(digits(100, 180)))
     # b's batch is p1+p2 (nothing published yet); make it only p2 by claiming p1 first
-    from shardline.tasks.detect import write_claim
+    from shardline.tasks.ledger import write_claim
     write_claim(store, cfg, a[0].batch, 0)
     b = _staged(store, cfg, spark)
     store.delete([f"{cfg.prefix}/batches/{a[0].batch.id}.json"])

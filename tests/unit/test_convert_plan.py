@@ -4,10 +4,10 @@ import random
 import pyarrow as pa
 import pytest
 
+from shardline.tasks.batch import Batch, Source
 from shardline.tasks.convert.dedupe import find_duplicates
 from shardline.tasks.convert.plan import plan_groups, plan_task_count, slice_counts, useful_tasks
 from shardline.tasks.convert.split import Part, jsonl_cuts, jsonl_parts, row_group_parts
-from shardline.tasks.detect import Batch, Source
 
 
 def test_plan_groups_balances_bytes_and_keeps_every_source_once():

@@ -1,7 +1,8 @@
 from datetime import UTC, datetime
 
 from shardline.core.store import ObjectInfo
-from shardline.tasks.detect import batch_id, group_sources, new_sources
+from shardline.tasks.batch import batch_id
+from shardline.tasks.detect import group_sources, new_sources
 
 T = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,0 +1,86 @@
+"""The ledger: what has been published, read and written by the stages through this module.
+
+- Claims (``batches/<id>.json``): which sources (key, ETag) entered which version. Written
+  by publish after each commit (``If-None-Match``, so a repeat is harmless), read by detect
+  to tell new uploads from ingested ones; a batch whose claim write was lost is repaired
+  from the latest manifest, which names every published batch.
+- The id index (``ids/batch=<id>-<run>.arrow``): the ids each published batch holds, which
+  convert checks a new batch against for duplicates and publish re-checks after a race.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ObjectExists
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.schema import batch_claim_key
+from shardline.core.store import ObjectStore
+from shardline.tasks.batch import Batch
+from shardline.tasks.convert.shard_writer import encode_ipc
+
+log = logging.getLogger(__name__)
+
+
+# -- claims -------------------------------------------------------------------------------
+def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, str]]:
+    """(key, ETag) of every source that entered a published version."""
+    claimed: set[tuple[str, str]] = set()
+    ledger_ids: set[str] = set()
+    for o in store.list(f"{cfg.prefix}/batches/"):
+        if not o.key.endswith(".json"):
+            continue
+        doc = store.get_json(o.key)
+        ledger_ids.add(doc["batch"])
+        claimed.update((s["key"], s["etag"]) for s in doc["sources"])
+    latest = latest_manifest(store, cfg.prefix)
+    if latest is not None:
+        for b in latest.batches:
+            if b.id not in ledger_ids:   # published, but its ledger write was lost
+                log.warning("batch %s (v%d) has no ledger entry; reading its manifest",
+                            b.id, b.version)
+                m = read_manifest(store, cfg.prefix, b.version)
+                claimed.update((s.key, s.etag) for s in m.sources)
+    return claimed
+
+
+def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: int) -> None:
+    """Record in the ledger that ``batch`` entered ``version`` (idempotent)."""
+    doc = {
+        "batch": batch.id, "version": version,
+        "sources": [{"key": s.key, "etag": s.etag, "size": s.size, "format": s.format}
+                    for s in batch.sources],
+    }
+    # ObjectExists: a racing publisher (or an earlier attempt) wrote the same record
+    with contextlib.suppress(ObjectExists):
+        store.put_bytes(batch_claim_key(cfg.prefix, batch.id),
+                        json.dumps(doc, indent=1).encode(), if_none_match=True,
+                        content_type="application/json")
+
+
+# -- the id index -------------------------------------------------------------------------
+IDS_SCHEMA = pa.schema([("id", pa.string())])
+
+
+def load_published_ids(store: ObjectStore, manifest: Manifest | None) -> pa.Array:
+    """Every id of the dataset at ``manifest`` (from the per-batch id index files)."""
+    if manifest is None:
+        return pa.array([], pa.string())
+    parts = []
+    for b in manifest.batches:
+        with ipc.open_file(pa.BufferReader(store.get_bytes(b.ids_path))) as f:
+            parts.append(f.read_all().column("id"))
+    return pa.chunked_array(parts, pa.string()).combine_chunks() if parts else \
+        pa.array([], pa.string())
+
+
+def write_ids(store: ObjectStore, key: str, ids: pa.Array) -> None:
+    """Write a batch's id index file (uncompressed Arrow IPC, one ``id`` column)."""
+    table = pa.Table.from_arrays([ids], schema=IDS_SCHEMA)
+    store.put_bytes(key, memoryview(encode_ipc(table, "none", 1 << 20)))
