@@ -1,9 +1,10 @@
 """The ``ingest`` flow: sweep -> detect -> convert (Spark) -> validate (GX) -> publish.
 
-Wiring only; every stage lives in ``tasks/``. Runs against the Prefect server named by
-``PREFECT_API_URL`` (the embedded stack's, when it is up) or in Prefect's ephemeral mode.
-On a new version it emits ``shardline.dataset.published`` (resource
-``shardline.dataset.<name>``, the version in the payload), which triggers training.
+Wiring only; every stage lives in ``tasks/``, its Prefect task in ``flows/ingest_tasks.py``.
+Runs against the Prefect server named by ``PREFECT_API_URL`` (the embedded stack's, when it
+is up) or in Prefect's ephemeral mode. On a new version it emits
+``shardline.dataset.published`` (resource ``shardline.dataset.<name>``, the version in the
+payload), which triggers training.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from prefect.events import emit_event
 from prefect.runtime import flow_run
 
 from shardline.core.config import SparkSettings, load_config
-from shardline.tasks.artifacts import artifact_key, publish_ingest_artifacts
-from shardline.tasks.prefect_tasks import (
+from shardline.flows.artifacts import artifact_key, publish_ingest_artifacts
+from shardline.flows.ingest_tasks import (
     convert_stage,
     detect_stage,
     load_versions,
@@ -28,7 +29,7 @@ from shardline.tasks.prefect_tasks import (
     sweep_stage,
     validate_stage,
 )
-from shardline.tasks.settings import store_settings
+from shardline.flows.settings import store_settings
 from shardline.tasks.validate import require_success
 
 PUBLISHED_EVENT = "shardline.dataset.published"

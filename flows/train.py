@@ -1,5 +1,5 @@
 """The ``train`` flow: one training run (``trainer.run.train``) and its artifacts
-(``tasks/training.py``). Wiring only."""
+(``flows/train_tasks.py``). Wiring only."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from shardline.tasks.training import publish_artifacts, train_model
+from shardline.flows.train_tasks import publish_artifacts, train_model
 
 
 def _run_name() -> str:

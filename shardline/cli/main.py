@@ -101,7 +101,7 @@ def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     from shardline.core.config import StoreSettings, load_config
     from shardline.core.manifest import list_versions, read_manifest
     from shardline.core.store import ObjectStore
-    from shardline.tasks.artifacts import versions_rows
+    from shardline.flows.artifacts import versions_rows
 
     try:
         cfg = load_config(config).dataset

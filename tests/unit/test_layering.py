@@ -92,6 +92,56 @@ def test_tasks_import_no_flows_and_infra_imports_no_stage() -> None:
                                            "shardline.trainer", "shardline.cli")) == []
 
 
+def test_stages_import_no_prefect() -> None:
+    """Prefect glue (task wrappers, artifacts, credentials blocks) lives in shardline.flows;
+    the stages run as plain functions (tests, benchmarks, a Spark executor)."""
+    assert _violations("shardline.tasks", ("prefect", "prefect_aws")) == []
+
+
+# Import cycles being removed by work in progress elsewhere; each entry is one pair of
+# modules whose mutual imports are tolerated until that work lands (then delete it).
+KNOWN_CYCLES = {
+    # trainer/publish.py reads the private _Run of trainer/run.py, which calls publish: the
+    # trainer's run context / promotion split (issue 9) removes it.
+    frozenset({"shardline.trainer.run", "shardline.trainer.publish"}),
+}
+
+
+def _ours(module: str) -> set[str]:
+    """What ``module`` imports of the project's own modules (packages count as their
+    ``__init__``), leaving out the arrows of :data:`KNOWN_CYCLES`."""
+    return {i for i in IMPORTS[module] if i in MODULES and i != module
+            and frozenset({module, i}) not in KNOWN_CYCLES}
+
+
+def _cycle_from(start: str) -> list[str] | None:
+    """A shortest import path ``start -> ... -> start``, or None (breadth-first search)."""
+    came: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for m in frontier:
+            for i in sorted(_ours(m)):
+                if i == start:
+                    path = [m]
+                    while path[-1] != start:
+                        path.append(came[path[-1]])
+                    return [*reversed(path), start]
+                if i not in came:
+                    came[i] = m
+                    nxt.append(i)
+        frontier = nxt
+    return None
+
+
+def test_no_import_cycles() -> None:
+    """Module-level and function-level imports alike: a function-level import that closes a
+    circle only moves the failure from import time to call time."""
+    cycles = {frozenset(c): c for m in MODULES if (c := _cycle_from(m)) is not None}
+    shown = sorted(" -> ".join(c) for c in cycles.values())
+    assert shown == [], f"import cycles among our modules: {shown}"
+
+
 def test_nothing_imports_the_cli() -> None:
     outside = {m: i for m, i in IMPORTS.items() if not _in(m, "shardline.cli")}
     assert sorted(f"{m} imports {n}" for m, imps in outside.items() for n in imps

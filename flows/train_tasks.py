@@ -24,8 +24,8 @@ from prefect.logging.handlers import APILogHandler
 
 from shardline.core.config import load_config
 from shardline.core.store import ObjectStore
-from shardline.tasks.artifacts import artifact_key
-from shardline.tasks.settings import store_settings
+from shardline.flows.artifacts import artifact_key
+from shardline.flows.settings import store_settings
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
 
