@@ -28,9 +28,10 @@ from shardline.core.config import TrainConfig
 from shardline.core.store import ObjectStore
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.fetch import ShardFetcher
-from shardline.trainer.loader import LoaderSpec, make_train_loader
+from shardline.trainer.loader import make_train_loader
+from shardline.trainer.options import LoaderSpec
 from shardline.trainer.plan import make_plan
-from shardline.trainer.reader import ShardReader
+from shardline.trainer.shard_reader import ShardReader
 from shardline.trainer.stream import ShardStream
 
 BATCH = 256

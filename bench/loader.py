@@ -43,7 +43,7 @@ from bench.common import (  # noqa: E402
     write_result,
 )
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from shardline.trainer.loader import LoaderSpec  # noqa: E402
+from shardline.trainer.options import LoaderSpec  # noqa: E402
 
 REFERENCE = "raw_arrow"
 # Contenders whose package is not installed (pip install -e '.[bench]' torch==2.13.0).

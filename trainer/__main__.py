@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m shardline.trainer",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="dataset TOML file")
-    p.add_argument("--version", type=int, default=None, help="dataset version (default: latest)")
+    p.add_argument("--dataset-version", "--version", dest="dataset_version", type=int,
+                   default=None, help="dataset version (default: latest)")
     p.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     try:
         result = train(load_config(args.config), ObjectStore(StoreSettings.from_env()),
-                       args.version, options=RunOptions(device=args.device,
+                       args.dataset_version, options=RunOptions(device=args.device,
                                                         log_every=args.log_every))
     except ShardlineError as exc:
         print(f"error: {exc}", file=sys.stderr)

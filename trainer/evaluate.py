@@ -1,4 +1,4 @@
-"""Held-out evaluation and the promotion gate.
+"""Held-out evaluation (the gate that uses it is ``trainer.promote``).
 
 Accuracy is counted per dataset version (the version whose batch added the shard), summed
 over ranks, then reported overall, on this run's new data, and on *earlier* data (shards
@@ -50,7 +50,7 @@ def _ratio(correct: float, total: float) -> float | None:
 def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place: Placement,
              release: Callable[[Batch], None] = lambda b: None) -> EvalResult:
     """Accuracy of ``model`` on the held-out rows ``batches`` yields (all ranks' shares)."""
-    versions = np.array([s.version for s in plan.shards], np.int64)
+    versions = np.array([s.dataset_version for s in plan.shards], np.int64)
     is_new = np.array([s.role == "new" for s in plan.shards], bool)
     top = int(versions.max()) + 1 if len(versions) else 1
     # counts[v] = (correct, total) per version; [top + 0/1] = (earlier, new)
@@ -76,28 +76,7 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place:
     counts = all_sum(counts.to(place.device)).cpu()
     total = counts[:top].sum(0)
     per_version = [(str(v), c, n) for v, (c, n) in enumerate(counts[:top].tolist()) if n]
-    earlier = _ratio(*counts[top].tolist()) if plan.since_version is not None else None
+    earlier = _ratio(*counts[top].tolist()) if plan.since_dataset_version is not None else None
     return EvalResult(_ratio(*total.tolist()), int(total[1]), _ratio(*counts[top + 1].tolist()),
                       earlier, {v: c / n for v, c, n in per_version},
                       {v: int(n) for v, _, n in per_version})
-
-
-@dataclass(frozen=True)
-class Decision:
-    promote: bool
-    reason: str
-
-
-def gate(candidate: float | None, promoted: float | None, tolerance: float) -> Decision:
-    """Promote unless the candidate is worse than the promoted model beyond ``tolerance``."""
-    if candidate is None:
-        return Decision(False, "no held-out samples to evaluate the candidate on; keeping the "
-                               "promoted model (raise train.holdout_fraction)")
-    if promoted is None:
-        return Decision(True, f"first model: held-out accuracy {candidate:.4f}")
-    if candidate + tolerance >= promoted:
-        return Decision(True, f"held-out accuracy {candidate:.4f} vs promoted {promoted:.4f} "
-                              f"(within tolerance {tolerance})")
-    return Decision(False, f"held-out accuracy {candidate:.4f} is worse than the promoted "
-                           f"model's {promoted:.4f} by more than tolerance {tolerance}; "
-                           "keeping the promoted model")

@@ -15,28 +15,19 @@ batches, each rank a strided share; no shuffle, no state.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torchdata.nodes import Loader
 
+from shardline.trainer.buffers import BufferPool, as_nchw
+from shardline.trainer.options import LoaderSpec
+from shardline.trainer.picks import build_picks, gather_into
 from shardline.trainer.plan import TrainPlan
 from shardline.trainer.prefetch import ThreadPrefetcher
-from shardline.trainer.reader import BufferPool, ShardReader, as_nchw, build_picks, gather_into
-from shardline.trainer.shard import OpenShard
+from shardline.trainer.shard_file import OpenShard
+from shardline.trainer.shard_reader import ShardReader
 from shardline.trainer.stream import Batch, ShardStream
-
-
-@dataclass(frozen=True)
-class LoaderSpec:
-    """Loader knobs that [train] does not carry (yet); defaults suit both 8x8 and 224x224."""
-
-    window_min_shards: int = 8
-    prefetch_batches: int | None = None  # None: 4 when feeding CUDA, else 0 (no thread)
-    keep_open_mb: float = 1024.0       # pixel data of shards kept open across windows
-    lookahead_mb: float = 512.0
-    eval_batch_size: int = 512
 
 
 def make_train_loader(stream: ShardStream, spec: LoaderSpec) -> Loader[Batch]:

@@ -95,7 +95,7 @@ class ResNetStyle(nn.Module):
         return self.head(self.features(x))
 
 
-def arch(model: str, width: int, depth: int, shape: tuple[int, int, int],
+def arch(model: str, width: int, depth: int, shape: tuple[int, ...],
          classes: int) -> dict[str, Any]:
     """What decides the parameter shapes (compared before resuming a parent)."""
     return {"model": model, "width": width, "depth": depth, "shape": list(shape),

@@ -1,11 +1,34 @@
-"""Run options that are not part of the dataset's [train] table: how to run, not what to
-learn. Defaults suit a laptop and a GPU node alike; the CLI and flow pass them through."""
+"""The trainer's run settings: how to run, not what to learn. One home for all of them.
+
+The trainer reads two kinds of settings, and only two:
+
+* ``TrainConfig`` (``[train]`` in the dataset's TOML, ``shardline.core.config``): **what is
+  learned**: model, width, depth, epochs, batch size, learning rate, weight decay, replay
+  ratio, held-out fraction, gate tolerance, seed, shuffle window, and the shard cache's
+  place and size. Everything in it but the cache settings goes into the run key (a run with
+  the same values resumes) and into every model's ``meta.json``.
+* ``RunOptions`` (here): **how a run executes**: device, autocast, log/curve/checkpoint
+  cadence, resume, and the loader's knobs (``LoaderSpec``, nested). The CLI, the Prefect
+  flow and ``python -m shardline.trainer`` pass them through; none of them changes which
+  samples a run sees or, on the CPU, the weights it produces.
+
+Defaults suit a laptop and a GPU node alike.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardline.trainer.loader import LoaderSpec
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """Loader knobs; defaults suit both 8x8 and 224x224 images."""
+
+    window_min_shards: int = 8
+    prefetch_batches: int | None = None  # None: 4 when feeding CUDA, else 0 (no thread)
+    keep_open_mb: float = 1024.0       # pixel data of shards kept open across windows
+    lookahead_mb: float = 512.0        # shard bytes fetched ahead of the reader
+    eval_batch_size: int = 512
 
 
 @dataclass(frozen=True)

@@ -26,25 +26,25 @@ class Start:
     promoted: Promoted | None
     parent_meta: dict[str, Any] | None
     from_parent: bool               # weights + optimizer state come from the parent
-    since_version: int | None       # dataset version the start point was trained on
+    since_dataset_version: int | None  # dataset version the start point was trained on
     reason: str
 
     @property
-    def parent_version(self) -> int | None:
-        return self.promoted.version if self.promoted else None
+    def parent_number(self) -> int | None:
+        return self.promoted.number if self.promoted else None
 
 
 def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
     promoted = registry.promoted()
     if promoted is None:
         return Start(None, None, False, None, "no promoted model yet: training from scratch")
-    meta = registry.meta(promoted.version)
+    meta = registry.meta(promoted.number)
     if meta.get("arch") != spec:
         return Start(promoted, meta, False, None,
-                     f"promoted model {promoted.version} has architecture {meta.get('arch')}, "
+                     f"promoted model {promoted.number} has architecture {meta.get('arch')}, "
                      f"this run {spec}: training from scratch on all data")
     return Start(promoted, meta, True, int(meta["dataset_version"]),
-                 f"continuing from promoted model {promoted.version} (trained on dataset "
+                 f"continuing from promoted model {promoted.number} (trained on dataset "
                  f"v{meta['dataset_version']})")
 
 
@@ -57,7 +57,7 @@ def load_parent(model: nn.Module, opt: torch.optim.Optimizer, registry: ModelReg
     """Parent weights and optimizer state into a freshly built model/optimizer."""
     if start.promoted is None or start.parent_meta is None:
         raise ValueError("load_parent needs a start with a promoted parent")
-    v = start.promoted.version
+    v = start.promoted.number
     load_model_tensors(model, registry.weights(v), registry.uri(v))
     try:
         load_optimizer_parts(opt, registry.optimizer(v), start.parent_meta["optimizer_state"],
@@ -75,14 +75,14 @@ def promoted_model(registry: ModelRegistry, start: Start,
     theirs = start.parent_meta.get("arch", {})
     if (theirs.get("shape"), theirs.get("classes")) != (spec["shape"], spec["classes"]):
         log.warning("promoted model %d takes %s images / %s classes, the dataset now has %s / "
-                    "%s: it cannot be compared", start.promoted.version, theirs.get("shape"),
+                    "%s: it cannot be compared", start.promoted.number, theirs.get("shape"),
                     theirs.get("classes"), spec["shape"], spec["classes"])
         return None
     model = build_model(start.parent_meta["arch"])
     try:
-        load_model_tensors(model, registry.weights(start.promoted.version),
-                           registry.uri(start.promoted.version))
+        load_model_tensors(model, registry.weights(start.promoted.number),
+                           registry.uri(start.promoted.number))
     except CheckpointError as exc:
-        log.warning("promoted model %d cannot be evaluated: %s", start.promoted.version, exc)
+        log.warning("promoted model %d cannot be evaluated: %s", start.promoted.number, exc)
         return None
     return model

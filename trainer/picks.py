@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardline.trainer.shard import OpenShard
+from shardline.trainer.shard_file import OpenShard
 
 _FIRST, _LAST = np.int64(-1), np.int64(np.iinfo(np.int64).max)
 _ROW_MASK = np.int64(0xFFFFFFFF)

@@ -7,7 +7,7 @@ the same fraction ``q`` of its training rows, chosen as the rows with the smalle
 hash, so the replay share of an epoch is ``replay_ratio`` (within rounding), the sample is
 spread over all of history, and it is deterministic for a (seed, dataset version) salt.
 
-Rows whose id hash puts them in the held-out split (see ``trainer.split``) are never
+Rows whose id hash puts them in the held-out split (see ``trainer.holdout``) are never
 trained on; the held-out rows of every shard form the evaluation set.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from shardline.core.errors import ShardlineError
 from shardline.core.manifest import Manifest, ShardEntry
-from shardline.trainer.shard import ShardIndex
-from shardline.trainer.split import holdout_mask, pick_smallest, salted
+from shardline.trainer.holdout import holdout_mask, pick_smallest, salted
+from shardline.trainer.shard_file import ShardIndex
 
 
 class NothingToTrain(ShardlineError):
@@ -33,7 +33,7 @@ class NothingToTrain(ShardlineError):
 class PlannedShard:
     entry: ShardEntry
     ordinal: int                       # position in the manifest's shard list (sample keys)
-    version: int                       # dataset version that added the shard's batch
+    dataset_version: int               # dataset version that added the shard's batch
     role: Literal["new", "replay"]
 
 
@@ -41,7 +41,7 @@ class PlannedShard:
 class TrainPlan:
     dataset: str
     dataset_version: int
-    since_version: int | None          # parent model's dataset version (None: from scratch)
+    since_dataset_version: int | None  # parent model's dataset version (None: from scratch)
     shards: list[PlannedShard]         # every shard of the version, manifest order
     replay_fraction: float             # q: share of each replay shard's training rows used
     holdout_fraction: float
@@ -86,28 +86,28 @@ def shard_versions(manifest: Manifest) -> dict[str, int]:
     }
 
 
-def make_plan(manifest: Manifest, since_version: int | None, replay_ratio: float,
+def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_ratio: float,
               holdout_fraction: float, seed: int) -> TrainPlan:
     """Choose new and replay shards of ``manifest`` for a model last trained on
-    ``since_version``.
+    ``since_dataset_version``.
 
     Raises:
-        NothingToTrain: no shard is new relative to ``since_version``.
+        NothingToTrain: no shard is new relative to ``since_dataset_version``.
     """
     versions = shard_versions(manifest)
-    if since_version is None:
+    if since_dataset_version is None:
         is_new = {s.path: True for s in manifest.shards}
-    elif since_version >= manifest.version:
+    elif since_dataset_version >= manifest.version:
         new = set(manifest.new_shards)
         is_new = {s.path: s.path in new for s in manifest.shards}
     else:
-        is_new = {s.path: versions[s.path] > since_version for s in manifest.shards}
+        is_new = {s.path: versions[s.path] > since_dataset_version for s in manifest.shards}
     new_rows = sum(s.rows for s in manifest.shards if is_new[s.path])
     old_rows = sum(s.rows for s in manifest.shards if not is_new[s.path])
     if new_rows == 0:
         raise NothingToTrain(
             f"dataset {manifest.dataset} v{manifest.version} has no rows newer than the "
-            f"parent model's dataset version {since_version}; ingest new data, or pass an "
+            f"parent model's dataset version {since_dataset_version}; ingest new data, or pass an "
             "explicit --version"
         )
     target = replay_ratio / (1.0 - replay_ratio) * new_rows
@@ -118,5 +118,5 @@ def make_plan(manifest: Manifest, since_version: int | None, replay_ratio: float
         PlannedShard(s, i, versions[s.path], "new" if is_new[s.path] else "replay")
         for i, s in enumerate(manifest.shards)
     ]
-    return TrainPlan(manifest.dataset, manifest.version, since_version, shards, q,
+    return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, shards, q,
                      holdout_fraction, salt)

@@ -117,7 +117,7 @@ class ThreadPrefetcher(BaseNode[T], Generic[T]):
             raise got.exc
         item, self._state = got
         worker.slots.put(True)
-        return item  # type: ignore[no-any-return]
+        return item
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self._state}

@@ -7,17 +7,19 @@
     models/<dataset>/<model>/promoted.json                  {"version": N, ...}; CAS-updated
     models/<dataset>/<model>/progress/<run key>/state.{safetensors,json}
 
-A model number is claimed before anything is written under it, so two concurrent runs
-never write into the same folder. The promoted pointer is created with ``If-None-Match: *``
-and then only replaced with ``If-Match: <ETag it was read with>``: a promotion based on a
-stale view of the pointer fails instead of overwriting a newer decision.
+``NNNNNN`` is the *model number* (1, 2, ...; never a dataset version). The stored field
+names keep their first spelling: ``"version"`` in promoted.json and ``"model_version"`` in
+meta.json hold the model number. A model number is claimed before anything is written
+under it, so two concurrent runs never write into the same folder. The promoted pointer is
+created with ``If-None-Match: *`` and then only replaced with ``If-Match: <ETag it was
+read with>``: a promotion based on a stale view of the pointer fails instead of
+overwriting a newer decision.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +38,7 @@ _NUM_RE = re.compile(r"/(\d{6})/$")
 
 @dataclass(frozen=True)
 class Promoted:
-    version: int
+    number: int                        # model number the pointer names
     etag: str
     pointer: dict[str, Any]
 
@@ -47,11 +49,11 @@ class ModelRegistry:
         self.prefix = f"models/{dataset}/{model}"
 
     # -- names ------------------------------------------------------------------------------
-    def key(self, version: int, name: str) -> str:
-        return f"{self.prefix}/{version:06d}/{name}"
+    def key(self, number: int, name: str) -> str:
+        return f"{self.prefix}/{number:06d}/{name}"
 
-    def uri(self, version: int) -> str:
-        return self.store.uri(f"{self.prefix}/{version:06d}/")
+    def uri(self, number: int) -> str:
+        return self.store.uri(f"{self.prefix}/{number:06d}/")
 
     @property
     def pointer_key(self) -> str:
@@ -61,9 +63,7 @@ class ModelRegistry:
     def numbers(self) -> list[int]:
         """Every claimed model number (complete or not), ascending."""
         out = []
-        # (ObjectStore's method named ``list`` shadows the builtin in its annotations)
-        prefixes: Iterable[str] = self.store.list_prefixes(f"{self.prefix}/")  # type: ignore[assignment]
-        for p in prefixes:
+        for p in self.store.list_prefixes(f"{self.prefix}/"):
             m = _NUM_RE.search(p)
             if m:
                 out.append(int(m.group(1)))
@@ -76,14 +76,14 @@ class ModelRegistry:
         pointer = self.store.get_json(self.pointer_key)
         return Promoted(int(pointer["version"]), info.etag, pointer)
 
-    def meta(self, version: int) -> dict[str, Any]:
-        return dict(self.store.get_json(self.key(version, "meta.json")))
+    def meta(self, number: int) -> dict[str, Any]:
+        return dict(self.store.get_json(self.key(number, "meta.json")))
 
-    def weights(self, version: int) -> dict[str, Any]:
-        return bytes_to_tensors(self.store.get_bytes(self.key(version, "weights.safetensors")))
+    def weights(self, number: int) -> dict[str, Any]:
+        return bytes_to_tensors(self.store.get_bytes(self.key(number, "weights.safetensors")))
 
-    def optimizer(self, version: int) -> dict[str, Any]:
-        return bytes_to_tensors(self.store.get_bytes(self.key(version, "optimizer.safetensors")))
+    def optimizer(self, number: int) -> dict[str, Any]:
+        return bytes_to_tensors(self.store.get_bytes(self.key(number, "optimizer.safetensors")))
 
     # -- writing ----------------------------------------------------------------------------
     def claim(self, run_id: str) -> int:
@@ -99,21 +99,21 @@ class ModelRegistry:
         raise StoreError(f"could not claim a model number under s3://{self.store.bucket}/"
                          f"{self.prefix}/ after 100 tries; is another job looping?")
 
-    def save(self, version: int, weights: bytes, optimizer: bytes, meta: dict[str, Any]) -> str:
+    def save(self, number: int, weights: bytes, optimizer: bytes, meta: dict[str, Any]) -> str:
         """Write a claimed model; meta.json last. Returns the folder's s3:// URI."""
-        self.store.put_bytes(self.key(version, "weights.safetensors"), weights)
-        self.store.put_bytes(self.key(version, "optimizer.safetensors"), optimizer)
-        self.store.put_bytes(self.key(version, "meta.json"), json_bytes(meta),
+        self.store.put_bytes(self.key(number, "weights.safetensors"), weights)
+        self.store.put_bytes(self.key(number, "optimizer.safetensors"), optimizer)
+        self.store.put_bytes(self.key(number, "meta.json"), json_bytes(meta),
                              if_none_match=True, content_type="application/json")
-        return self.uri(version)
+        return self.uri(number)
 
-    def promote(self, version: int, expected: Promoted | None, why: dict[str, Any]) -> None:
-        """Point ``promoted.json`` at ``version`` if it still is what ``expected`` saw.
+    def promote(self, number: int, expected: Promoted | None, why: dict[str, Any]) -> None:
+        """Point ``promoted.json`` at model ``number`` if it still is what ``expected`` saw.
 
         Raises:
             ObjectExists / ObjectChanged: another run moved the pointer first.
         """
-        body = json_bytes({"version": version, "at": now_iso(), **why})
+        body = json_bytes({"version": number, "at": now_iso(), **why})
         if expected is None:
             self.store.put_bytes(self.pointer_key, body, if_none_match=True,
                                  content_type="application/json")

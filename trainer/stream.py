@@ -24,16 +24,11 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from shardline.trainer.buffers import BufferPool, as_nchw
 from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
+from shardline.trainer.picks import Picks, build_picks, gather_into
 from shardline.trainer.plan import PlannedShard, TrainPlan
-from shardline.trainer.reader import (
-    BufferPool,
-    Picks,
-    ShardReader,
-    as_nchw,
-    build_picks,
-    gather_into,
-)
+from shardline.trainer.shard_reader import ShardReader
 
 Batch = dict[str, Any]
 

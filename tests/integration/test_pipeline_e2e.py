@@ -105,7 +105,7 @@ def test_upload_event_ingest_publish_event_train(embedded: dict[str, Any]) -> No
     assert train["name"] == "train-e2e-v1"
     registry = ModelRegistry(store, "e2e", cfg.train.model)
     promoted = registry.promoted()
-    assert promoted is not None and promoted.version == 1
+    assert promoted is not None and promoted.number == 1
     assert registry.meta(1)["dataset_version"] == 1
     m = read_manifest(store, prefix, 1)
     assert m.rows == 600 and m.sources[0].key.endswith("part-1/digits.jsonl")

@@ -64,7 +64,7 @@ def test_incremental_training_continues_from_the_promoted_parent(
     meta = reg.meta(second.model_version)
     parent_of_second = frozen.model_version if frozen.promoted else 1
     assert (second.dataset_version, second.parent_model_version) == (2, parent_of_second)
-    assert reg.promoted().version == (second.model_version if second.promoted
+    assert reg.promoted().number == (second.model_version if second.promoted
                                       else parent_of_second)
     assert second.replay_samples > 0 and second.new_samples > 0
     ratio = second.replay_samples / (second.new_samples + second.replay_samples)
@@ -92,7 +92,7 @@ def test_gate_refuses_a_deliberately_worse_model(store: ObjectStore, tmp_path) -
     assert not bad.promoted
     assert "worse than the promoted model" in bad.decision
     reg = ModelRegistry(store, "digits", "cnn")
-    assert reg.promoted().version == good.model_version          # the pointer did not move
+    assert reg.promoted().number == good.model_version          # the pointer did not move
     assert reg.meta(bad.model_version)["gate"]["passed"] is False  # kept for inspection
 
 

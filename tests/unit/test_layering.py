@@ -100,11 +100,7 @@ def test_stages_import_no_prefect() -> None:
 
 # Import cycles being removed by work in progress elsewhere; each entry is one pair of
 # modules whose mutual imports are tolerated until that work lands (then delete it).
-KNOWN_CYCLES = {
-    # trainer/publish.py reads the private _Run of trainer/run.py, which calls publish: the
-    # trainer's run context / promotion split (issue 9) removes it.
-    frozenset({"shardline.trainer.run", "shardline.trainer.publish"}),
-}
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def _ours(module: str) -> set[str]:

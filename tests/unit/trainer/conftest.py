@@ -13,7 +13,7 @@ from shardline.core.config import Config
 from shardline.core.manifest import Manifest
 from shardline.trainer.fetch import LocalShards
 from shardline.trainer.plan import TrainPlan, make_plan
-from shardline.trainer.reader import ShardReader
+from shardline.trainer.shard_reader import ShardReader
 from tests.integration.trainer_data import digits_config, write_local_version
 
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from shardline.trainer.evaluate import gate
+from shardline.trainer.promote import gate
 
 
 def test_first_model_is_promoted() -> None:

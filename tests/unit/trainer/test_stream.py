@@ -12,7 +12,8 @@ import pyarrow.ipc as ipc
 import pytest
 import torch
 
-from shardline.trainer.loader import LoaderSpec, make_train_loader
+from shardline.trainer.loader import make_train_loader
+from shardline.trainer.options import LoaderSpec
 from shardline.trainer.plan import TrainPlan
 from shardline.trainer.stream import ShardStream
 from tests.integration.trainer_data import digits

@@ -22,7 +22,7 @@ import pyarrow.ipc as ipc
 
 from shardline.core.errors import ShardlineError
 from shardline.core.schema import META_SHAPE
-from shardline.trainer.split import id_hash64
+from shardline.trainer.holdout import id_hash64
 
 
 class ShardFormatError(ShardlineError):
@@ -32,7 +32,7 @@ class ShardFormatError(ShardlineError):
 @dataclass(frozen=True)
 class ShardIndex:
     labels: np.ndarray      # int64 [rows]
-    hashes: np.ndarray      # uint64 [rows], see trainer.split
+    hashes: np.ndarray      # uint64 [rows], see trainer.holdout
 
 
 def _fsb_view(col: pa.Array, nbytes: int) -> np.ndarray:
@@ -50,7 +50,7 @@ class OpenShard:
             expected size, or the schema's shape metadata disagrees with ``shape``.
     """
 
-    def __init__(self, path: str | Path, shape: tuple[int, int, int], image_column: str = "image",
+    def __init__(self, path: str | Path, shape: tuple[int, ...], image_column: str = "image",
                  key: str | None = None) -> None:
         self.path = str(path)
         self.key = key or self.path
@@ -64,7 +64,7 @@ class OpenShard:
         self.rows = sum(len(s) for s in self.segments)
         self.starts = np.cumsum([0] + [len(s) for s in self.segments], dtype=np.int64)
 
-    def _check_schema(self, schema: pa.Schema, shape: tuple[int, int, int], column: str) -> None:
+    def _check_schema(self, schema: pa.Schema, shape: tuple[int, ...], column: str) -> None:
         idx = schema.get_field_index(column)
         if idx < 0:
             raise ShardFormatError(f"shard {self.key} has no column {column!r} "

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardline.trainer.split import (
+from shardline.trainer.holdout import (
     holdout_mask,
     id_hash64,
     pick_smallest,

@@ -1,0 +1,87 @@
+"""The run context: everything a training run decided before its first step, frozen.
+
+Built once by :func:`open_context` (dataset version resolved, start point chosen, shards
+planned, the cache and reader opened) and then only read: by the loop's driver
+(``trainer.run``), by the end of the run (``trainer.candidate``) and by promotion. Nothing
+in it changes while the run trains; state that does (the loop state, the last evaluation)
+lives with the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from shardline.core.config import Config, config_to_dict
+from shardline.core.manifest import Manifest, resolve_version
+from shardline.core.store import ObjectStore
+from shardline.trainer.cache import ShardCache
+from shardline.trainer.device import Placement
+from shardline.trainer.dist import DistInfo
+from shardline.trainer.fetch import ShardFetcher
+from shardline.trainer.model import arch
+from shardline.trainer.options import RunOptions
+from shardline.trainer.parent import Start, resolve_start
+from shardline.trainer.plan import TrainPlan, make_plan
+from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.shard_reader import ShardReader
+
+# [train] settings that decide where bytes are cached, not what is learned
+_OPERATIONAL = ("cache_dir", "cache_max_gb", "fetch_threads")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    cfg: Config
+    store: ObjectStore
+    options: RunOptions
+    info: DistInfo
+    place: Placement
+    manifest: Manifest                 # the dataset version trained on
+    registry: ModelRegistry
+    spec: dict[str, Any]               # this run's architecture (``model.arch``)
+    start: Start                       # the promoted parent, or scratch
+    plan: TrainPlan
+    fetcher: ShardFetcher
+    reader: ShardReader
+    run_key: str                       # identity of the inputs: finds in-progress state
+
+    @property
+    def dataset_version(self) -> int:
+        return self.manifest.version
+
+
+def open_context(cfg: Config, store: ObjectStore, dataset_version: int | None,
+                 options: RunOptions, info: DistInfo, place: Placement) -> RunContext:
+    """Resolve, plan and open everything a run needs; close ``ctx.fetcher`` when done.
+
+    Raises:
+        StoreError: the dataset version does not exist.
+        NothingToTrain: the version adds nothing beyond the parent's dataset version.
+    """
+    t = cfg.train
+    manifest = resolve_version(store, cfg.dataset.prefix, dataset_version)
+    registry = ModelRegistry(store, cfg.dataset.name, t.model)
+    spec = arch(t.model, t.width, t.depth, cfg.dataset.image.shape, len(cfg.dataset.classes))
+    start = resolve_start(registry, spec)
+    plan = make_plan(manifest, start.since_dataset_version, t.replay_ratio,
+                     t.holdout_fraction, t.seed)
+    fetcher = ShardFetcher(ShardCache(t.cache_dir, int(t.cache_max_gb * 2**30), store),
+                           t.fetch_threads)
+    reader = ShardReader(fetcher, cfg.dataset,
+                         keep_open_bytes=int(options.loader.keep_open_mb * 2**20))
+    return RunContext(cfg, store, options, info, place, manifest, registry, spec, start, plan,
+                      fetcher, reader, run_key(cfg, manifest.version, start, info.world))
+
+
+def run_key(cfg: Config, dataset_version: int, start: Start, world: int) -> str:
+    """Same inputs -> same key: what lets a restarted run find its in-progress checkpoint."""
+    train = config_to_dict(cfg.train)
+    for operational in _OPERATIONAL:
+        train.pop(operational, None)
+    ident = {"dataset": cfg.dataset.name, "dataset_version": dataset_version,
+             "parent": start.parent_number, "from_parent": start.from_parent, "train": train,
+             "world": world}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
