@@ -1,143 +1,280 @@
-"""The manifest: one JSON document per dataset version, the contract between ingest and trainer.
+"""Reading dataset versions: one ``Manifest`` view over format-1 and format-2 documents.
 
-A version exists if and only if ``versions/vNNNNNN.json`` exists. It is written last, with
-``If-None-Match: *``, after every shard it names is in place, so a reader that resolves
-versions by listing ``versions/`` never sees a version whose shards are missing, and two
-publishers can never both own a version number. Manifests are cumulative: version N lists
-every live shard, so a reader needs one document, never a listing of ``shards/``.
+A version exists if and only if ``versions/vNNNNNN.json`` exists (committed last, with
+``If-None-Match: *``; see ``shardline.core.builder``). ``read_manifest`` reads that document
+only; everything else is read when first used and then kept:
+
+- totals, this version's batch, validation and quarantine counts: in the document;
+- ``batches`` (every live batch): the document plus its checkpoint (one more GET);
+- ``new()`` / ``sources``: this version's batch list only;
+- ``shards`` / ``quarantine.shards``: every batch list (fetched in parallel, digest-checked);
+  ``shards_since(v)`` reads only the lists of batches added after ``v``;
+- ``schema`` / ``config``: one content-addressed object each.
+
+Format 1 (written before format 2 existed) is one cumulative document: every live shard, every
+batch, the schema and config inline. It loads through the same class.
 """
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
-import hashlib
-import re
 import subprocess
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from shardline import __version__
+from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
-from shardline.core.schema import version_key, versions_prefix
+from shardline.core.parts import (
+    BatchEntry,
+    BatchListRef,
+    DictAccess,
+    QuarantineSummary,
+    SchemaInfo,
+    ShardEntry,
+    SourceEntry,
+    Totals,
+    ValidationSummary,
+    content_digests,
+)
 from shardline.core.store import ObjectStore
+from shardline.core.version_doc import READABLE_FORMATS, BatchList, Checkpoint, VersionDoc, decode
 
-FORMAT = 1
-_VERSION_RE = re.compile(r"/v(\d{6})\.json$")
-
-
-@dataclass(frozen=True)
-class ShardEntry:
-    """One immutable Arrow IPC file."""
-
-    path: str                      # key within the bucket
-    rows: int
-    bytes: int
-    sha256: str
-    batch: str
-    partition: dict[str, str]      # hive partition values, e.g. {"batch": "...", "label": "3"}
-    stats: dict[str, dict[str, Any]] = field(default_factory=dict)   # column -> {min, max}
-    compression: str = "none"
-    # Fast check of the same bytes (XXH3, 128 bit): what readers verify downloads and cached
-    # files against. sha256 stays the shard's content address (cache file names, plan
-    # fingerprints). Manifests written before this field existed have None here; readers
-    # then verify the sha256.
-    xxh3_128: str | None = None
+Getter = Callable[[str], bytes]
 
 
-def content_digests(data: bytes | bytearray | memoryview) -> tuple[str, str]:
-    """``(sha256, xxh3_128)`` hex digests of a shard's bytes, as ``ShardEntry`` records them."""
-    return hashlib.sha256(data).hexdigest(), xxhash.xxh3_128_hexdigest(data)
+class QuarantineView(DictAccess):
+    """A version's quarantine: counts from the document, shard entries read on first use."""
+
+    def __init__(self, summary: QuarantineSummary, shards: Callable[[], list[ShardEntry]]):
+        self.rows, self.by_rule, self.total_rows = summary.rows, summary.by_rule, summary.total_rows
+        self._shards = shards
+
+    @cached_property
+    def shards(self) -> list[ShardEntry]:
+        """Every live quarantine shard (all batches), each with its batch id."""
+        return self._shards()
 
 
-@dataclass(frozen=True)
-class SourceEntry:
-    key: str
-    etag: str
-    size: int
-    format: str
-
-
-@dataclass(frozen=True)
-class BatchEntry:
-    """A source batch that entered the dataset, and the version that added it."""
-
-    id: str
-    version: int
-    rows: int
-    quarantined: int
-    ids_path: str                   # Arrow file with the published ids of this batch
-    sources: int
-
-
-@dataclass(frozen=True)
 class Manifest:
-    dataset: str
-    version: int
-    parent: int | None
-    created_at: str
-    schema: dict[str, Any]          # {"fingerprint", "fields", "ipc_b64", "shape", "classes"}
-    shards: list[ShardEntry]
-    new_shards: list[str]
-    batches: list[BatchEntry]
-    sources: list[SourceEntry]      # the source objects of this version's new batch
-    validation: dict[str, Any]
-    quarantine: dict[str, Any]      # {"rows", "by_rule", "total_rows", "shards": cumulative}
-    code_version: str
-    config: dict[str, Any] = field(default_factory=dict)
-    format: int = FORMAT
+    """A dataset version as readers see it (format 1 or 2)."""
 
-    # -- derived ----------------------------------------------------------------------
+    def __init__(self, doc: dict[str, Any] | None = None, get: Getter | None = None,
+                 key: str = "manifest", **legacy: Any):
+        if doc is None:
+            doc = _legacy_doc(legacy)
+        fmt = doc.get("format")
+        if fmt not in READABLE_FORMATS:
+            raise StoreError(f"{key} has format {fmt!r}; this shardline reads formats "
+                             f"{list(READABLE_FORMATS)}: upgrade shardline")
+        if fmt == 2 and get is None:
+            raise StoreError(f"{key} is a format-2 version document: it needs a way to read "
+                             "the objects it references (pass get=store.get_bytes)")
+        self.raw, self.key, self.format = doc, key, int(fmt)
+        self._get: Getter = get or _no_getter
+        self._lists: dict[str, BatchList] = {}
+        self.doc: VersionDoc | None = VersionDoc.from_dict(doc, key) if fmt == 2 else None
+        self.dataset: str = doc["dataset"]
+        self.version: int = int(doc["version"])
+        self.parent: int | None = doc.get("parent")
+        self.created_at: str = doc.get("created_at", "")
+        self.code_version: str = doc.get("code_version", "")
+        self.validation = (self.doc.validation if self.doc else
+                           ValidationSummary.from_dict(doc.get("validation", {}), key))
+        if self.doc is None:
+            self._v1_shards = [ShardEntry.from_dict(s, key) for s in doc["shards"]]
+            self._v1_batches = [BatchEntry.from_dict(b, key) for b in doc["batches"]]
+
+    def __repr__(self) -> str:
+        return f"Manifest({self.dataset!r} v{self.version}, format {self.format})"
+
+    # -- what the document holds ------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        return self.doc.fingerprint if self.doc else str(self.raw["schema"]["fingerprint"])
+
+    @cached_property
+    def totals(self) -> Totals:
+        if self.doc:
+            return self.doc.totals
+        return Totals(rows=sum(s.rows for s in self._v1_shards), shards=len(self._v1_shards),
+                      bytes=sum(s.bytes for s in self._v1_shards),
+                      batches=len(self._v1_batches),
+                      quarantined=sum(b.quarantined for b in self._v1_batches))
+
     @property
     def rows(self) -> int:
-        return sum(s.rows for s in self.shards)
-
-    @property
-    def new_rows(self) -> int:
-        new = set(self.new_shards)
-        return sum(s.rows for s in self.shards if s.path in new)
+        return self.totals.rows
 
     @property
     def bytes(self) -> int:
-        return sum(s.bytes for s in self.shards)
+        return self.totals.bytes
+
+    @cached_property
+    def new_batch(self) -> BatchEntry | None:
+        """The batch this version added."""
+        if self.doc:
+            ref = self.doc.own_ref
+            return ref.entry() if ref else None
+        new = set(self.raw.get("new_shards", []))
+        ids = {s.batch for s in self._v1_shards if s.path in new}
+        return next((b for b in reversed(self._v1_batches) if b.id in ids or b.version ==
+                     self.version), None)
+
+    @property
+    def new_rows(self) -> int:
+        if self.doc:
+            ref = self.doc.own_ref
+            return ref.rows if ref else 0
+        return sum(s.rows for s in self.new())
+
+    @cached_property
+    def quarantine(self) -> QuarantineView:
+        if self.doc:
+            return QuarantineView(self.doc.quarantine, self._all_quarantine_shards)
+        q = self.raw.get("quarantine", {})
+        return QuarantineView(
+            QuarantineSummary(rows=q.get("rows", 0), by_rule=q.get("by_rule", {}),
+                              total_rows=q.get("total_rows", self.totals.quarantined)),
+            lambda: [ShardEntry.from_dict(s, self.key) for s in q.get("shards", [])])
+
+    # -- read on first use -------------------------------------------------------------
+    @cached_property
+    def schema(self) -> SchemaInfo:
+        if self.doc is None:
+            return SchemaInfo.from_dict(self.raw["schema"], self.key)
+        ref = self.doc.schema
+        return SchemaInfo.from_dict(decode(self.read_object(ref.key), ref.key, ref.sha256), ref.key)
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        if self.doc is None:
+            return dict(self.raw.get("config", {}))
+        ref = self.doc.config
+        return {} if ref is None else decode(self.read_object(ref.key), ref.key, ref.sha256)
+
+    @cached_property
+    def batch_lists(self) -> list[BatchListRef]:
+        """Every live batch-list reference, oldest first (format 2 only)."""
+        if self.doc is None:
+            raise StoreError(f"{self.key} is a format-1 manifest: it has no batch lists")
+        before: list[BatchListRef] = []
+        ck = self.doc.checkpoint
+        if ck is not None:
+            before = Checkpoint.from_dict(decode(self.read_object(ck.key), ck.key, ck.sha256),
+                                          ck.key).batch_lists
+        return before + self.doc.batch_lists
+
+    @cached_property
+    def batches(self) -> list[BatchEntry]:
+        if self.doc is None:
+            return self._v1_batches
+        return [r.entry() for r in self.batch_lists]
 
     def batch(self, batch_id: str) -> BatchEntry | None:
         return next((b for b in self.batches if b.id == batch_id), None)
 
+    @cached_property
+    def shards(self) -> list[ShardEntry]:
+        """Every live data shard, oldest batch first."""
+        if self.doc is None:
+            return self._v1_shards
+        return [s for bl in self.read_lists(self.batch_lists) for s in bl.shards]
+
+    def shards_since(self, version: int | None) -> list[ShardEntry]:
+        """Data shards of the batches added after ``version`` (all for None), reading only
+        their batch lists."""
+        if self.doc is None:
+            added = {b.id for b in self._v1_batches if version is None or b.version > version}
+            return [s for s in self._v1_shards if s.batch in added]
+        refs = [r for r in self.batch_lists if version is None or r.version > version]
+        return [s for bl in self.read_lists(refs) for s in bl.shards]
+
+    @property
+    def new_shards(self) -> list[str]:
+        return [s.path for s in self.new()]
+
     def new(self) -> list[ShardEntry]:
-        new = set(self.new_shards)
-        return [s for s in self.shards if s.path in new]
+        """This version's new data shards (format 2: its own batch list only)."""
+        if self.doc is None:
+            new = set(self.raw.get("new_shards", []))
+            return [s for s in self._v1_shards if s.path in new]
+        ref = self.doc.own_ref
+        return [] if ref is None else self.read_lists([ref])[0].shards
 
     def old(self) -> list[ShardEntry]:
         new = set(self.new_shards)
         return [s for s in self.shards if s.path not in new]
 
-    # -- (de)serialisation ------------------------------------------------------------
+    @cached_property
+    def sources(self) -> list[SourceEntry]:
+        """The source objects of this version's batch."""
+        if self.doc is None:
+            return [SourceEntry.from_dict(s, self.key) for s in self.raw.get("sources", [])]
+        ref = self.doc.own_ref
+        return [] if ref is None else self.read_lists([ref])[0].sources
+
+    def read_lists(self, refs: Iterable[BatchListRef]) -> list[BatchList]:
+        """The batch lists of ``refs`` (cached; missing ones fetched in parallel)."""
+        refs = list(refs)
+        todo = [r for r in refs if r.key not in self._lists]
+        if todo:
+            def load(r: BatchListRef) -> BatchList:
+                return BatchList.from_dict(decode(self.read_object(r.key), r.key, r.sha256), r.key)
+            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+                for r, bl in zip(todo, pool.map(load, todo), strict=True):
+                    self._lists[r.key] = bl
+        return [self._lists[r.key] for r in refs]
+
+    def _all_quarantine_shards(self) -> list[ShardEntry]:
+        return [s for bl in self.read_lists(self.batch_lists) for s in bl.quarantine_shards]
+
+    def read_object(self, key: str) -> builtins.bytes:
+        """The bytes of an object this version references (format 2)."""
+        return self._get(key)
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The document as committed."""
+        return self.raw
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Manifest:
-        if d.get("format") != FORMAT:
-            raise StoreError(
-                f"manifest v{d.get('version')} has format {d.get('format')!r}; this shardline "
-                f"reads format {FORMAT}: upgrade shardline"
-            )
-        q = dict(d["quarantine"])
-        q["shards"] = [ShardEntry(**s) for s in q.get("shards", [])]
-        return cls(
-            **{
-                **d,
-                "shards": [ShardEntry(**s) for s in d["shards"]],
-                "batches": [BatchEntry(**b) for b in d["batches"]],
-                "sources": [SourceEntry(**s) for s in d["sources"]],
-                "quarantine": q,
-            }
-        )
+    def from_dict(cls, doc: dict[str, Any], get: Getter | None = None) -> Manifest:
+        return cls(doc, get)
+
+
+def _no_getter(key: str) -> bytes:
+    raise StoreError(f"{key}: this manifest was opened without a way to read objects")
+
+
+def _legacy_doc(fields: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 document from the keyword fields the format-1 ``Manifest`` dataclass took
+    (transitional: for writers not yet moved to ``shardline.core.builder``)."""
+    def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return dataclasses.asdict(v)
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return {"config": {}, "format": 1, **{k: plain(v) for k, v in fields.items()}}
+
+
+def commit_manifest(store: ObjectStore, prefix: str, manifest: Manifest) -> str:
+    """Commit a format-1 document with If-None-Match: * (transitional; format 2 commits go
+    through ``shardline.core.builder.commit_version``).
+
+    Raises:
+        ObjectExists: another publisher already committed this version number.
+    """
+    key = layout.version_key(prefix, manifest.version)
+    store.put_json(key, manifest.to_dict(), if_none_match=True)
+    return key
 
 
 def now_iso() -> str:
@@ -159,16 +296,14 @@ def code_version() -> str:
 
 def list_versions(store: ObjectStore, prefix: str) -> list[int]:
     """Committed version numbers, ascending (S3 listing is strongly consistent)."""
-    out = []
-    for o in store.list(versions_prefix(prefix)):
-        m = _VERSION_RE.search(o.key)
-        if m:
-            out.append(int(m.group(1)))
-    return sorted(out)
+    found = (layout.version_of_key(o.key) for o in store.list(layout.versions_prefix(prefix)))
+    return sorted(v for v in found if v is not None)
 
 
 def read_manifest(store: ObjectStore, prefix: str, version: int) -> Manifest:
-    return Manifest.from_dict(store.get_json(version_key(prefix, version)))
+    """Version ``version``: its document now, what it references when first used."""
+    key = layout.version_key(prefix, version)
+    return Manifest(decode(store.get_bytes(key), store.uri(key)), store.get_bytes, key)
 
 
 def latest_manifest(store: ObjectStore, prefix: str) -> Manifest | None:
@@ -194,19 +329,8 @@ def resolve_version(store: ObjectStore, prefix: str, version: int | None) -> Man
     return read_manifest(store, prefix, version)
 
 
-def commit_manifest(store: ObjectStore, prefix: str, manifest: Manifest) -> str:
-    """Write the manifest with If-None-Match: *; the version exists from this moment.
-
-    Raises:
-        ObjectExists: another publisher already committed this version number.
-    """
-    key = version_key(prefix, manifest.version)
-    store.put_json(key, manifest.to_dict(), if_none_match=True)
-    return key
-
-
 __all__ = [
-    "BatchEntry", "Manifest", "ObjectExists", "ShardEntry", "SourceEntry", "code_version",
-    "commit_manifest", "latest_manifest", "list_versions", "now_iso", "read_manifest",
-    "resolve_version",
+    "BatchEntry", "Manifest", "ObjectExists", "QuarantineView", "SchemaInfo", "ShardEntry",
+    "SourceEntry", "code_version", "commit_manifest", "content_digests", "latest_manifest",
+    "list_versions", "now_iso", "read_manifest", "resolve_version",
 ]

@@ -1,4 +1,4 @@
-"""The Arrow schemas of published and quarantined rows, and the object layout's key names.
+"""The Arrow schemas of published and quarantined rows (object keys: ``shardline.core.layout``).
 
 Published rows (one schema per dataset, fixed by its config):
   id: string            row identity, unique across all versions of the dataset
@@ -14,12 +14,24 @@ metadata, so a shard is self-describing.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
 import pyarrow as pa
 
 from shardline.core.config import DatasetConfig
+from shardline.core.layout import (
+    batch_claim_key,
+    ids_key,
+    quarantine_key,
+    report_key,
+    shard_key,
+    staging_prefix,
+    version_key,
+    versions_prefix,
+)
+from shardline.core.parts import SchemaInfo
 
 META_SHAPE = b"shardline.shape"
 META_CLASSES = b"shardline.classes"
@@ -81,37 +93,18 @@ def describe(schema: pa.Schema) -> list[dict[str, str]]:
     return [{"name": f.name, "type": str(f.type), "nullable": str(f.nullable)} for f in schema]
 
 
-# -- object layout ---------------------------------------------------------------------
-def versions_prefix(prefix: str) -> str:
-    return f"{prefix}/versions/"
+def schema_info(cfg: DatasetConfig) -> SchemaInfo:
+    """The typed schema part of a version for ``cfg`` (what the builder records)."""
+    schema = data_schema(cfg)
+    return SchemaInfo(fingerprint=fingerprint(schema), fields=describe(schema),
+                      shape=list(cfg.image.shape), classes=list(cfg.classes),
+                      ipc_b64=base64.b64encode(schema.serialize().to_pybytes()).decode())
 
 
-def version_key(prefix: str, version: int) -> str:
-    return f"{prefix}/versions/v{version:06d}.json"
-
-
-def batch_claim_key(prefix: str, batch_id: str) -> str:
-    return f"{prefix}/batches/{batch_id}.json"
-
-
-def staging_prefix(prefix: str, run_id: str | None = None) -> str:
-    return f"{prefix}/staging/" if run_id is None else f"{prefix}/staging/{run_id}/"
-
-
-def shard_key(prefix: str, batch_id: str, label: int | None, part: int, run_id: str) -> str:
-    """Final key of a published shard. The run id keeps racing publishers of the same batch
-    from ever writing the same key: the manifest commit alone decides which files are live."""
-    label_part = "" if label is None else f"label={label}/"
-    return f"{prefix}/shards/batch={batch_id}/{label_part}part-{part:05d}-{run_id}.arrow"
-
-
-def quarantine_key(prefix: str, batch_id: str, part: int, run_id: str) -> str:
-    return f"{prefix}/quarantine/batch={batch_id}/part-{part:05d}-{run_id}.arrow"
-
-
-def ids_key(prefix: str, batch_id: str, run_id: str) -> str:
-    return f"{prefix}/ids/batch={batch_id}-{run_id}.arrow"
-
-
-def report_key(prefix: str, run_id: str) -> str:
-    return f"{prefix}/reports/{run_id}/validation.json"
+# Key builders live in shardline.core.layout; re-exported for callers not yet moved there.
+__all__ = [
+    "META_CLASSES", "META_DATASET", "META_SHAPE", "QUARANTINE_SCHEMA", "RULES",
+    "batch_claim_key", "data_schema", "describe", "fingerprint", "ids_key", "quarantine_key",
+    "report_key", "schema_info", "shard_key", "staging_prefix", "version_key",
+    "versions_prefix",
+]

@@ -1,0 +1,226 @@
+"""Building and committing a version: the one place a version document is assembled.
+
+``build_version`` turns the parent version and one new batch into a ``VersionDraft``: the
+format-2 document plus the objects it references that must exist before the commit (the
+batch list, the schema and config objects, and a checkpoint when one is due).
+``commit_version`` writes those objects, then the document with ``If-None-Match: *``: the
+version exists from that moment, and only then. Ingest, tests and benchmarks all build
+versions here, so they all produce the shape readers are tested on.
+
+What a commit costs: the batch list is the new batch's size; the document holds at most
+``checkpoint_every`` batch-list references. When the parent's reference list is that long,
+the publisher also writes a checkpoint of every live reference (O(batches) bytes, once per
+``checkpoint_every`` versions) and the document starts over with one reference. A format-1
+parent is migrated the same way: a batch list per old batch and a checkpoint, once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardline.core import layout
+from shardline.core.errors import ObjectExists, PublishConflict, StoreError
+from shardline.core.manifest import Manifest, code_version, now_iso
+from shardline.core.parts import (
+    BatchListRef,
+    CheckpointRef,
+    ObjectRef,
+    QuarantineSummary,
+    SchemaInfo,
+    ShardEntry,
+    SourceEntry,
+    Totals,
+    ValidationSummary,
+    to_dict,
+)
+from shardline.core.store import ObjectStore
+from shardline.core.version_doc import (
+    CHECKPOINT_EVERY,
+    BatchList,
+    Checkpoint,
+    VersionDoc,
+    digest,
+    encode,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class NewBatch:
+    """What one ingest run adds: the batch's published and quarantined shards (at their
+    final keys), its id index and its sources."""
+
+    id: str
+    run: str
+    shards: list[ShardEntry]
+    ids_path: str
+    quarantine_shards: list[ShardEntry] = field(default_factory=list)
+    sources: list[SourceEntry] = field(default_factory=list)
+    by_rule: dict[str, int] = field(default_factory=dict)   # quarantined rows per rule
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def quarantined(self) -> int:
+        return sum(s.rows for s in self.quarantine_shards)
+
+
+@dataclass(frozen=True)
+class VersionDraft:
+    """A version ready to commit: its document and the objects to write before it."""
+
+    prefix: str
+    doc: VersionDoc
+    objects: dict[str, bytes]        # key -> bytes, each immutable
+    parent: Manifest | None = None
+
+    @property
+    def key(self) -> str:
+        return layout.version_key(self.prefix, self.doc.version)
+
+    @property
+    def body(self) -> bytes:
+        return encode(self.doc.to_dict())
+
+    def manifest(self, get: Callable[[str], bytes] | None = None) -> Manifest:
+        """The version as a reader will see it: the draft's objects, then ``get`` (or the
+        parent's reader) for older ones."""
+        def read(key: str) -> bytes:
+            if key in self.objects:
+                return self.objects[key]
+            if get is not None:
+                return get(key)
+            if self.parent is not None:
+                return self.parent.read_object(key)
+            raise StoreError(f"{key}: not among the objects of draft {self.key}")
+        return Manifest(self.doc.to_dict(), read, self.key)
+
+
+def _object(objects: dict[str, bytes], key_for: Callable[[str], str], data: dict[str, Any]
+            ) -> ObjectRef:
+    """Add a content-addressed object (schema, config) to ``objects``."""
+    body = encode(data)
+    sha = digest(body)
+    key = key_for(sha[:32])
+    objects[key] = body
+    return ObjectRef(key=key, sha256=sha)
+
+
+def _batch_list(prefix: str, objects: dict[str, bytes], version: int,
+                bl: BatchList) -> BatchListRef:
+    body = encode(bl.to_dict())
+    key = layout.batch_list_key(prefix, bl.batch, bl.run)
+    objects[key] = body
+    return BatchListRef(batch=bl.batch, version=version, key=key, sha256=digest(body),
+                        rows=bl.rows, shards=len(bl.shards), bytes=bl.bytes,
+                        quarantined=bl.quarantined, ids_path=bl.ids_path,
+                        sources=len(bl.sources))
+
+
+def _migrate_v1(prefix: str, parent: Manifest, run: str, objects: dict[str, bytes]
+                ) -> list[BatchListRef]:
+    """Batch lists for every batch of a format-1 parent (its shards grouped by batch)."""
+    refs = []
+    q = parent.quarantine.shards
+    for b in parent.batches:
+        bl = BatchList(dataset=parent.dataset, batch=b.id, run=run, rows=b.rows,
+                       quarantined=b.quarantined, ids_path=b.ids_path,
+                       shards=[s for s in parent.shards if s.batch == b.id],
+                       quarantine_shards=[s for s in q if s.batch == b.id])
+        ref = _batch_list(prefix, objects, b.version, bl)
+        refs.append(dataclasses.replace(ref, sources=b.sources))
+    return refs
+
+
+def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict[str, Any],
+                  parent: Manifest | None, batch: NewBatch, validation: ValidationSummary,
+                  created_at: str | None = None, code: str | None = None,
+                  checkpoint_every: int = CHECKPOINT_EVERY) -> VersionDraft:
+    """The next version after ``parent`` (None: the first) adding ``batch``.
+
+    Raises:
+        PublishConflict: the schema differs from the parent's (a new schema needs a new
+            dataset name).
+    """
+    if parent is not None and parent.fingerprint != schema.fingerprint:
+        old = parent.schema
+        raise PublishConflict(
+            f"dataset {dataset}: the configured schema (shape {schema.shape}, "
+            f"{len(schema.classes)} classes, fingerprint {schema.fingerprint}) differs from "
+            f"version {parent.version}'s ({old.shape}, {len(old.classes)} classes, "
+            f"{old.fingerprint}); use a new dataset name for a new schema")
+    version = 1 if parent is None else parent.version + 1
+    objects: dict[str, bytes] = {}
+    schema_ref = _object(objects, lambda d: layout.schema_key(prefix, d), to_dict(schema))
+    config_ref = _object(objects, lambda d: layout.config_key(prefix, d), config)
+    new = BatchList(dataset=dataset, batch=batch.id, run=batch.run, rows=batch.rows,
+                    quarantined=batch.quarantined, ids_path=batch.ids_path,
+                    shards=batch.shards, quarantine_shards=batch.quarantine_shards,
+                    sources=batch.sources)
+    new_ref = _batch_list(prefix, objects, version, new)
+
+    checkpoint: CheckpointRef | None = None
+    before: list[BatchListRef] = []          # refs the document itself carries, before ours
+    if parent is not None:
+        if parent.format == 1:
+            full: list[BatchListRef] | None = _migrate_v1(prefix, parent, batch.run, objects)
+        elif parent.doc is not None and len(parent.doc.batch_lists) >= checkpoint_every:
+            full = parent.batch_lists
+        else:
+            full = None
+            checkpoint = parent.doc.checkpoint if parent.doc else None
+            before = parent.doc.batch_lists if parent.doc else []
+        if full is not None:
+            ck = Checkpoint(dataset=dataset, version=parent.version, batch_lists=full,
+                            totals=parent.totals)
+            body = encode(ck.to_dict())
+            key = layout.checkpoint_key(prefix, parent.version, batch.run)
+            objects[key] = body
+            checkpoint = CheckpointRef(key=key, sha256=digest(body), version=parent.version,
+                                       batches=len(full))
+    totals = (parent.totals if parent else Totals()).plus(new_ref)
+    doc = VersionDoc(
+        dataset=dataset, version=version, parent=None if parent is None else parent.version,
+        created_at=created_at or now_iso(), code_version=code or code_version(),
+        batch=batch.id, fingerprint=schema.fingerprint, schema=schema_ref, config=config_ref,
+        checkpoint=checkpoint, batch_lists=[*before, new_ref], validation=validation,
+        quarantine=QuarantineSummary(rows=batch.quarantined, by_rule=dict(batch.by_rule),
+                                     total_rows=totals.quarantined),
+        totals=totals)
+    return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
+
+
+def write_objects(store: ObjectStore, draft: VersionDraft) -> None:
+    """Write the draft's referenced objects. Content-addressed ones (schema, config) may
+    already exist with the same bytes; every other key carries this run's id."""
+    def put(item: tuple[str, bytes]) -> None:
+        key, body = item
+        # an existing key holds the same bytes: content-addressed, or this run's earlier try
+        with contextlib.suppress(ObjectExists):
+            store.put_bytes(key, body, if_none_match=True, content_type="application/json")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(put, draft.objects.items()))
+
+
+def commit_version(store: ObjectStore, draft: VersionDraft) -> Manifest:
+    """Write the objects, then ``versions/v<N>.json`` with If-None-Match: *.
+
+    Raises:
+        ObjectExists: another publisher already committed version N (re-read, rebuild on the
+            new latest, try N+1).
+    """
+    write_objects(store, draft)
+    store.put_bytes(draft.key, draft.body, if_none_match=True, content_type="application/json")
+    log.info("committed %s (%d bytes, %d batch-list reference(s)%s)", draft.key,
+             len(draft.body), len(draft.doc.batch_lists),
+             ", new checkpoint" if any("/checkpoint-" in k for k in draft.objects) else "")
+    return Manifest(draft.doc.to_dict(), store.get_bytes, draft.key)

@@ -1,0 +1,137 @@
+"""Every object key of a dataset, built here and nowhere else.
+
+``prefix`` is the dataset root (``dataset.root``, e.g. ``lake/digits``). The layout:
+
+    <prefix>/versions/v<NNNNNN>.json                 version documents: a version exists iff
+                                                     its document does (If-None-Match commit)
+    <prefix>/manifests/batch=<id>-<run>.json         a batch's shard list, written once before
+                                                     the commit that references it
+    <prefix>/manifests/checkpoint-v<NNNNNN>-<run>.json  every live batch-list reference up to
+                                                     a version (compacts the reference chain)
+    <prefix>/manifests/schema-<fingerprint>.json     the dataset schema, written once
+    <prefix>/manifests/config-<digest>.json          a resolved dataset config, written once
+    <prefix>/shards/batch=<id>/[label=<k>/]part-<nnnnn>-<run>.arrow   published data shards
+    <prefix>/quarantine/batch=<id>/part-<nnnnn>-<run>.arrow           rejected rows + reasons
+    <prefix>/ids/batch=<id>-<run>.arrow              published ids of a batch (duplicate check)
+    <prefix>/batches/<id>.json                       ledger: a batch's sources and version
+    <prefix>/staging/<run>/...                       work in progress of one ingest run
+    <prefix>/reports/<run>/validation.json           validation results, also for failed runs
+
+Keys that a racing publisher of the same batch could also write carry the run id, so no key
+is ever written twice with different bytes; content-addressed keys (schema, config) hold the
+same bytes whoever writes them.
+"""
+
+from __future__ import annotations
+
+import re
+
+_VERSION_RE = re.compile(r"/versions/v(\d{6})\.json$")
+
+# Folders whose objects are referenced by version documents: what the sweep may remove once
+# nothing references them (and they are old enough).
+REFERENCED_FOLDERS = ("shards/", "quarantine/", "ids/", "manifests/")
+
+
+# -- versions ---------------------------------------------------------------------------
+def versions_prefix(prefix: str) -> str:
+    return f"{prefix}/versions/"
+
+
+def version_key(prefix: str, version: int) -> str:
+    return f"{prefix}/versions/v{version:06d}.json"
+
+
+def version_of_key(key: str) -> int | None:
+    """The version number a ``versions/`` key names, or None for any other key."""
+    m = _VERSION_RE.search(key)
+    return int(m.group(1)) if m else None
+
+
+# -- manifest objects (format 2) ---------------------------------------------------------
+def manifests_prefix(prefix: str) -> str:
+    return f"{prefix}/manifests/"
+
+
+def batch_list_key(prefix: str, batch_id: str, run_id: str) -> str:
+    return f"{prefix}/manifests/batch={batch_id}-{run_id}.json"
+
+
+def checkpoint_key(prefix: str, version: int, run_id: str) -> str:
+    """A checkpoint of the references live at ``version``, written by ``run_id``'s publish
+    of the version after it (racers for that version never share the key)."""
+    return f"{prefix}/manifests/checkpoint-v{version:06d}-{run_id}.json"
+
+
+def schema_key(prefix: str, fingerprint: str) -> str:
+    return f"{prefix}/manifests/schema-{fingerprint}.json"
+
+
+def config_key(prefix: str, digest: str) -> str:
+    return f"{prefix}/manifests/config-{digest}.json"
+
+
+# -- published data ----------------------------------------------------------------------
+def shards_prefix(prefix: str) -> str:
+    return f"{prefix}/shards/"
+
+
+def shard_key(prefix: str, batch_id: str, label: int | None, part: int, run_id: str) -> str:
+    """Final key of a published shard. The run id keeps racing publishers of the same batch
+    from ever writing the same key: the version commit alone decides which files are live."""
+    label_part = "" if label is None else f"label={label}/"
+    return f"{prefix}/shards/batch={batch_id}/{label_part}part-{part:05d}-{run_id}.arrow"
+
+
+def quarantine_prefix(prefix: str) -> str:
+    return f"{prefix}/quarantine/"
+
+
+def quarantine_key(prefix: str, batch_id: str, part: int, run_id: str) -> str:
+    return f"{prefix}/quarantine/batch={batch_id}/part-{part:05d}-{run_id}.arrow"
+
+
+def ids_prefix(prefix: str) -> str:
+    return f"{prefix}/ids/"
+
+
+def ids_key(prefix: str, batch_id: str, run_id: str) -> str:
+    return f"{prefix}/ids/batch={batch_id}-{run_id}.arrow"
+
+
+# -- ledger, staging, reports --------------------------------------------------------------
+def batches_prefix(prefix: str) -> str:
+    return f"{prefix}/batches/"
+
+
+def batch_claim_key(prefix: str, batch_id: str) -> str:
+    return f"{prefix}/batches/{batch_id}.json"
+
+
+def staging_prefix(prefix: str, run_id: str | None = None) -> str:
+    return f"{prefix}/staging/" if run_id is None else f"{prefix}/staging/{run_id}/"
+
+
+def staged_data_key(prefix: str, run_id: str, label: int | None, task: int, seq: int,
+                    attempt: int) -> str:
+    """A data shard staged by Spark task ``task`` (attempt ``attempt``): the attempt keeps a
+    retried or speculative attempt from overwriting another's file."""
+    part = "" if label is None else f"label={label}/"
+    return f"{prefix}/staging/{run_id}/data/{part}t{task:05d}-{seq:04d}-a{attempt}.arrow"
+
+
+def staged_quarantine_key(prefix: str, run_id: str, task: int, attempt: int) -> str:
+    return f"{prefix}/staging/{run_id}/quarantine/t{task:05d}-a{attempt}.arrow"
+
+
+def staged_duplicates_key(prefix: str, run_id: str) -> str:
+    """The quarantine shard of the rows the driver's duplicate check removed."""
+    return f"{prefix}/staging/{run_id}/quarantine/duplicates.arrow"
+
+
+def reports_prefix(prefix: str) -> str:
+    return f"{prefix}/reports/"
+
+
+def report_key(prefix: str, run_id: str) -> str:
+    return f"{prefix}/reports/{run_id}/validation.json"

@@ -1,0 +1,232 @@
+"""Typed parts of a version document and of the objects it references.
+
+Every part is a frozen dataclass with ``to_dict`` / ``from_dict``. Reading is strict about
+what a part needs (a missing field is an error that names the object and the field) and
+lenient about fields it does not know, so a newer writer can add optional fields without a
+format bump. Incompatible changes bump the document ``format`` instead.
+
+``DictAccess`` lets code written against the format-1 manifest (where schema, validation and
+quarantine were plain dicts) keep reading ``part["field"]`` / ``part.get("field")`` while it
+moves to attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import xxhash
+
+from shardline.core.errors import StoreError
+
+T = TypeVar("T")
+
+
+def content_digests(data: bytes | bytearray | memoryview) -> tuple[str, str]:
+    """``(sha256, xxh3_128)`` hex digests of a shard's bytes, as ``ShardEntry`` records them."""
+    return hashlib.sha256(data).hexdigest(), xxhash.xxh3_128_hexdigest(data)
+
+
+def from_dict(cls: type[T], d: Any, where: str) -> T:
+    """``cls(**d)`` keeping only ``cls``'s fields; a missing required field raises
+    ``StoreError`` naming ``where`` (the object being read)."""
+    if not isinstance(d, dict):
+        raise StoreError(f"{where}: expected an object for {cls.__name__}, got {d!r:.80}")
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    missing = [f.name for f in fields if f.name not in d
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise StoreError(f"{where}: {cls.__name__} lacks field(s) {missing}; the object is not "
+                         "a shardline manifest of a known format (or it is damaged)")
+    return cls(**{f.name: d[f.name] for f in fields if f.name in d})
+
+
+class DictAccess:
+    """Read a dataclass part like the dict it replaced: ``part["x"]``, ``part.get("x")``."""
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One immutable Arrow IPC file."""
+
+    path: str                      # key within the bucket
+    rows: int
+    bytes: int
+    sha256: str
+    batch: str
+    partition: dict[str, str]      # hive partition values, e.g. {"batch": "...", "label": "3"}
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)   # column -> {min, max}
+    compression: str = "none"
+    # Fast check of the same bytes (XXH3, 128 bit): what readers verify downloads and cached
+    # files against. sha256 stays the shard's content address (cache file names, plan
+    # fingerprints). Manifests written before this field existed have None; readers then
+    # verify the sha256.
+    xxh3_128: str | None = None
+    # Rows per label index (as text: JSON object keys), for shards that hold many labels.
+    # Empty in manifests written before it existed.
+    label_counts: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "shard entry") -> ShardEntry:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    key: str
+    etag: str
+    size: int
+    format: str
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "source entry") -> SourceEntry:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class BatchEntry:
+    """A source batch that entered the dataset, and the version that added it."""
+
+    id: str
+    version: int
+    rows: int
+    quarantined: int
+    ids_path: str                   # Arrow file with the published ids of this batch
+    sources: int
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "batch entry") -> BatchEntry:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class SchemaInfo(DictAccess):
+    """The dataset's row schema: fingerprint, readable fields, image shape, class names and
+    the Arrow schema as base64 IPC (empty when the writer did not record it)."""
+
+    fingerprint: str
+    fields: list[dict[str, str]]
+    shape: list[int]
+    classes: list[str]
+    ipc_b64: str = ""
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "schema") -> SchemaInfo:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class ValidationSummary(DictAccess):
+    """What validation concluded for the version's batch (the full report is at ``report``)."""
+
+    success: bool
+    suites: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    evaluated: int = 0
+    failed: list[str] = field(default_factory=list)
+    report: str = ""                # s3:// URI of the JSON report
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "validation") -> ValidationSummary:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class QuarantineSummary(DictAccess):
+    """Quarantined rows of the version's batch (``rows``, ``by_rule``) and of the dataset up
+    to this version (``total_rows``)."""
+
+    rows: int = 0
+    by_rule: dict[str, int] = field(default_factory=dict)
+    total_rows: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "quarantine") -> QuarantineSummary:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class Totals(DictAccess):
+    """The live dataset at a version: rows, data shards, their bytes, batches, quarantine."""
+
+    rows: int = 0
+    shards: int = 0
+    bytes: int = 0
+    batches: int = 0
+    quarantined: int = 0
+
+    def plus(self, ref: BatchListRef) -> Totals:
+        return Totals(self.rows + ref.rows, self.shards + ref.shards, self.bytes + ref.bytes,
+                      self.batches + 1, self.quarantined + ref.quarantined)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "totals") -> Totals:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class ObjectRef(DictAccess):
+    """A referenced immutable object: its key and the sha256 of its bytes."""
+
+    key: str
+    sha256: str
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "object reference") -> ObjectRef:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class BatchListRef:
+    """A version document's reference to one batch's shard list: where it is, its digest,
+    and the batch's counts, so totals and the batch table need no batch-list read."""
+
+    batch: str
+    version: int                    # the version that added the batch
+    key: str
+    sha256: str
+    rows: int
+    shards: int
+    bytes: int
+    quarantined: int
+    ids_path: str
+    sources: int
+
+    def entry(self) -> BatchEntry:
+        return BatchEntry(id=self.batch, version=self.version, rows=self.rows,
+                          quarantined=self.quarantined, ids_path=self.ids_path,
+                          sources=self.sources)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "batch-list reference") -> BatchListRef:
+        return from_dict(cls, d, where)
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A checkpoint object holding every live batch-list reference up to ``version``."""
+
+    key: str
+    sha256: str
+    version: int
+    batches: int
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "checkpoint reference") -> CheckpointRef:
+        return from_dict(cls, d, where)
+
+
+def to_dict(part: Any) -> dict[str, Any]:
+    """A part (or any dataclass) as plain JSON-able data."""
+    return dataclasses.asdict(part)

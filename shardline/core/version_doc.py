@@ -1,0 +1,188 @@
+"""Format 2: the version document and the immutable objects it references.
+
+Learned from Iceberg (snapshot -> manifest list -> manifests) and Delta Lake (log +
+checkpoints), cut down to what one writer per commit and S3 conditional writes need:
+
+- a **batch list** (``manifests/batch=<id>-<run>.json``) per published batch: its data and
+  quarantine shard entries and its source objects. Written once, before the commit; never
+  changed. Its size is the batch's, not the history's.
+- a **checkpoint** (``manifests/checkpoint-v<N>-<run>.json``): every live batch-list
+  reference up to version N, written by the publisher of N+1 when the reference list of the
+  parent has reached ``CHECKPOINT_EVERY`` entries.
+- the **version document** (``versions/v<N>.json``, the commit, If-None-Match: *): parent,
+  schema and config references, the checkpoint reference, the batch-list references added
+  since that checkpoint (this version's last), this version's validation and quarantine
+  summary, and the totals. Between checkpoints it grows by one reference per version; after
+  one it is back to one reference.
+
+Every reference carries the sha256 of the referenced bytes; readers check it, so a document
+and the objects it names can never be mixed up silently. Objects are compact JSON with
+sorted keys: the same content is the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from shardline.core.errors import StoreError
+from shardline.core.parts import (
+    BatchListRef,
+    CheckpointRef,
+    ObjectRef,
+    QuarantineSummary,
+    ShardEntry,
+    SourceEntry,
+    Totals,
+    ValidationSummary,
+    from_dict,
+    to_dict,
+)
+
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+# Delta Lake checkpoints every 10 commits; the same bound keeps a version document at most
+# 10 batch-list references long.
+CHECKPOINT_EVERY = 10
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    """Canonical bytes of a document or object (compact JSON, sorted keys)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def digest(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def decode(data: bytes, key: str, expect_sha256: str | None = None) -> dict[str, Any]:
+    """Parse ``data`` read from ``key``; with ``expect_sha256``, check the bytes first."""
+    if expect_sha256 is not None:
+        got = digest(data)
+        if got != expect_sha256:
+            raise StoreError(
+                f"{key}: sha256 {got} differs from {expect_sha256} recorded by the version "
+                "that references it; the object was changed after it was published. Restore "
+                "it from a backup or publish the data again under a new dataset version"
+            )
+    try:
+        out = json.loads(data)
+    except ValueError as exc:
+        raise StoreError(f"{key} is not valid JSON: {exc}") from exc
+    if not isinstance(out, dict):
+        raise StoreError(f"{key}: expected a JSON object, got {type(out).__name__}")
+    return out
+
+
+def _check_kind(d: dict[str, Any], kind: str, key: str) -> None:
+    if d.get("format") != FORMAT or d.get("kind") != kind:
+        raise StoreError(f"{key}: expected a format-{FORMAT} {kind}, found format "
+                         f"{d.get('format')!r} kind {d.get('kind')!r}; upgrade shardline")
+
+
+@dataclass(frozen=True)
+class BatchList:
+    """The shards, quarantine shards and sources of one published batch."""
+
+    dataset: str
+    batch: str
+    run: str
+    rows: int
+    quarantined: int
+    ids_path: str
+    shards: list[ShardEntry]
+    quarantine_shards: list[ShardEntry] = field(default_factory=list)
+    sources: list[SourceEntry] = field(default_factory=list)
+    format: int = FORMAT
+    kind: str = "batch_list"
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], key: str) -> BatchList:
+        _check_kind(d, "batch_list", key)
+        return from_dict(cls, {
+            **d,
+            "shards": [ShardEntry.from_dict(s, key) for s in d.get("shards", [])],
+            "quarantine_shards": [ShardEntry.from_dict(s, key)
+                                  for s in d.get("quarantine_shards", [])],
+            "sources": [SourceEntry.from_dict(s, key) for s in d.get("sources", [])],
+        }, key)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Every live batch-list reference of the dataset at ``version``, oldest first."""
+
+    dataset: str
+    version: int
+    batch_lists: list[BatchListRef]
+    totals: Totals
+    format: int = FORMAT
+    kind: str = "checkpoint"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], key: str) -> Checkpoint:
+        _check_kind(d, "checkpoint", key)
+        return from_dict(cls, {
+            **d,
+            "batch_lists": [BatchListRef.from_dict(r, key) for r in d.get("batch_lists", [])],
+            "totals": Totals.from_dict(d.get("totals"), key),
+        }, key)
+
+
+@dataclass(frozen=True)
+class VersionDoc:
+    """The committed document of one version (format 2)."""
+
+    dataset: str
+    version: int
+    parent: int | None
+    created_at: str
+    code_version: str
+    batch: str | None               # the batch this version added (None: no new batch)
+    fingerprint: str                # schema fingerprint (compared without reading ``schema``)
+    schema: ObjectRef
+    config: ObjectRef | None
+    checkpoint: CheckpointRef | None
+    batch_lists: list[BatchListRef]  # live references after the checkpoint, oldest first
+    validation: ValidationSummary
+    quarantine: QuarantineSummary
+    totals: Totals
+    format: int = FORMAT
+
+    @property
+    def own_ref(self) -> BatchListRef | None:
+        """The reference to the batch list this version added."""
+        return next((r for r in reversed(self.batch_lists)
+                     if r.batch == self.batch and r.version == self.version), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], key: str) -> VersionDoc:
+        if d.get("format") != FORMAT:
+            raise StoreError(f"{key}: expected a format-{FORMAT} version document, found "
+                             f"format {d.get('format')!r}")
+        ckpt, conf = d.get("checkpoint"), d.get("config")
+        return from_dict(cls, {
+            **d,
+            "schema": ObjectRef.from_dict(d.get("schema"), key),
+            "config": None if conf is None else ObjectRef.from_dict(conf, key),
+            "checkpoint": None if ckpt is None else CheckpointRef.from_dict(ckpt, key),
+            "batch_lists": [BatchListRef.from_dict(r, key) for r in d.get("batch_lists", [])],
+            "validation": ValidationSummary.from_dict(d.get("validation"), key),
+            "quarantine": QuarantineSummary.from_dict(d.get("quarantine", {}), key),
+            "totals": Totals.from_dict(d.get("totals", {}), key),
+        }, key)
