@@ -81,6 +81,8 @@ def ingest(config: str) -> dict[str, Any]:
     run_id = _run_id()
     progress = create_progress_artifact(0.0, key=artifact_key(cfg.name, "ingest-progress"),
                                         description=f"ingest of {cfg.name}")
+    if not isinstance(progress, uuid.UUID):   # a coroutine only for an async caller
+        raise TypeError(f"create_progress_artifact returned {type(progress).__name__}")
     sweep_stage(cfg, store, run_id)
     batch = detect_stage(cfg, store)
     if batch is None:

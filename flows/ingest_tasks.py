@@ -4,9 +4,10 @@ retries single calls; this retries the whole stage, which is idempotent)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
-from prefect import get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
@@ -28,6 +29,9 @@ from shardline.tasks import validate as validate_mod
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import stage as convert_mod
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
     """Retry on store/network errors, never on errors a retry cannot fix."""
@@ -42,18 +46,21 @@ def _transient(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-RETRY = dict(retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
-             retry_condition_fn=_transient, cache_policy=NO_CACHE)
+def stage_task(name: str, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """``@task`` for a stage: the whole stage is retried on transient errors (it is
+    idempotent), never cached."""
+    return task(name=name, retries=3, retry_delay_seconds=exponential_backoff(backoff_factor=2),
+                retry_condition_fn=_transient, cache_policy=NO_CACHE, **options)
 
 
-@task(name="sweep", **RETRY)
+@stage_task("sweep")
 def sweep_stage(cfg: DatasetConfig, store: StoreSettings, run_id: str) -> sweep_mod.SweepResult:
     result = sweep_mod.sweep(ObjectStore(store), cfg, keep_run=run_id)
     get_run_logger().info("sweep: %s", result)
     return result
 
 
-@task(name="detect", **RETRY)
+@stage_task("detect")
 def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> Batch | None:
     batch = detect_mod.detect(ObjectStore(store), cfg)
     log = get_run_logger()
@@ -65,7 +72,7 @@ def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> Batch | None:
     return batch
 
 
-@task(name="convert", task_run_name="convert-{batch.id}", **RETRY)
+@stage_task("convert", task_run_name="convert-{batch.id}")
 def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
                   batch: Batch, run_id: str) -> convert_mod.Converted:
     s = ObjectStore(store)
@@ -77,7 +84,7 @@ def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings
     return conv
 
 
-@task(name="validate", **RETRY)
+@stage_task("validate")
 def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Converted
                    ) -> validate_mod.ValidationReport:
     report = validate_mod.validate(ObjectStore(store), cfg, conv)
@@ -86,7 +93,7 @@ def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.C
     return report
 
 
-@task(name="publish", **RETRY)
+@stage_task("publish")
 def publish_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Converted,
                   report: validate_mod.ValidationReport) -> publish_mod.Published:
     pub = publish_mod.publish(ObjectStore(store), cfg, conv, report)
@@ -97,7 +104,7 @@ def publish_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Co
     return pub
 
 
-@task(name="load-versions", **RETRY)
+@stage_task("load-versions")
 def load_versions(cfg: DatasetConfig, store: StoreSettings, last: int = 20) -> list[Manifest]:
     s = ObjectStore(store)
     return [read_manifest(s, cfg.prefix, v) for v in list_versions(s, cfg.prefix)[-last:]]

@@ -29,6 +29,9 @@ def store_settings() -> StoreSettings:
     except ValueError as exc:
         raise ConfigError(f"AwsCredentials block {name!r} (from {BLOCK_ENV}) was not found; "
                           "create it with `shardline deploy` or in the Prefect UI") from exc
+    if not isinstance(creds, AwsCredentials):   # a coroutine: only when called from async code
+        raise TypeError(f"AwsCredentials.load({name!r}) returned {type(creds).__name__}; call "
+                        "store_settings() from synchronous code")
     secret = creds.aws_secret_access_key
     endpoint = creds.aws_client_parameters.endpoint_url if creds.aws_client_parameters else None
     return dataclasses.replace(

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists
-from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.manifest import BatchEntry, latest_manifest, read_manifest
 from shardline.core.schema import batch_claim_key
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
@@ -68,12 +69,11 @@ def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: i
 IDS_SCHEMA = pa.schema([("id", pa.string())])
 
 
-def load_published_ids(store: ObjectStore, manifest: Manifest | None) -> pa.Array:
-    """Every id of the dataset at ``manifest`` (from the per-batch id index files)."""
-    if manifest is None:
-        return pa.array([], pa.string())
+def load_published_ids(store: ObjectStore, batches: Iterable[BatchEntry]) -> pa.Array:
+    """Every id the published ``batches`` hold (from their id index files); a version's
+    ``batches`` are every id of the dataset at that version."""
     parts = []
-    for b in manifest.batches:
+    for b in batches:
         with ipc.open_file(pa.BufferReader(store.get_bytes(b.ids_path))) as f:
             parts.append(f.read_all().column("id"))
     return pa.chunked_array(parts, pa.string()).combine_chunks() if parts else \

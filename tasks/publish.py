@@ -15,7 +15,6 @@ claim ledger is written and the staging folder removed.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,7 +69,8 @@ def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
              ) -> tuple[list[tuple[str, ShardEntry]], list[tuple[str, ShardEntry]]]:
     """(staged key, final entry) pairs for data and quarantine shards."""
     bid, run = conv.batch.id, conv.run_id
-    data, parts = [], {}
+    data: list[tuple[str, ShardEntry]] = []
+    parts: dict[int | None, int] = {}
     for s in conv.data_shards:
         n = parts[s.label] = parts.get(s.label, -1) + 1
         part = {"batch": bid} | ({"label": str(s.label)} if s.label is not None else {})
@@ -102,7 +102,7 @@ def _check_rebase(store: ObjectStore, conv: Converted, latest: Manifest | None) 
         return
     base = conv.base_version
     newer = [b for b in latest.batches if base is None or b.version > base]
-    since = load_published_ids(store, dataclasses.replace(latest, batches=newer))
+    since = load_published_ids(store, newer)
     overlap = pc.is_in(conv.published_ids(), value_set=since)
     n = pc.sum(overlap).as_py() or 0
     if n:

@@ -112,6 +112,7 @@ def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str
         ok = ok and bool(out.success)
         for res in out.results:
             cfg_e = res.expectation_config
+            assert cfg_e is not None, f"{name}: GX returned a result without its expectation"
             results.append({
                 "suite": name, "expectation": cfg_e.type,
                 "column": cfg_e.kwargs.get("column"),

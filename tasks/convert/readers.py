@@ -164,16 +164,17 @@ def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Recor
 
 def _parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
                      ) -> Iterator[Record | Problem]:
-    cols = {}
-    for name in (cfg.id_column, cfg.label_column, cfg.image.column):
-        cols[name] = table.column(name).to_pylist() if name in table.column_names else None
+    def values(name: str) -> list[Any]:
+        """The column's values; all None when the table lacks it (the row checks then
+        report the missing id, label or image)."""
+        if name in table.column_names:
+            return table.column(name).to_pylist()
+        return [None] * table.num_rows
+
+    ids, labels = values(cfg.id_column), values(cfg.label_column)
+    images = values(cfg.image.column)
     for i in range(table.num_rows):
-        yield Record(
-            first_row + i,
-            cols[cfg.id_column][i] if cols[cfg.id_column] is not None else None,
-            cols[cfg.label_column][i] if cols[cfg.label_column] is not None else None,
-            cols[cfg.image.column][i] if cols[cfg.image.column] is not None else None,
-        )
+        yield Record(first_row + i, ids[i], labels[i], images[i])
 
 
 def read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
@@ -230,6 +231,9 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
         group = zarr.open_group(store=zstore, mode="r")
         images, labels = group["images"], group["labels"]
         ids = group.get("ids", None)
+        if not (isinstance(images, zarr.Array) and isinstance(labels, zarr.Array)
+                and (ids is None or isinstance(ids, zarr.Array))):
+            raise TypeError("'images', 'labels' and 'ids' must be arrays, not groups")
     except Exception as exc:  # zarr raises many types for a broken group; all mean the same
         raise Unreadable("unreadable_object",
                          f"not a readable Zarr group with 'images' and 'labels' arrays: "
@@ -243,9 +247,9 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
     stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
     for start in range(0, n, ZARR_CHUNK_ROWS):
         stop = min(n, start + ZARR_CHUNK_ROWS)
-        lab = labels[start:stop]
-        idv = ids[start:stop] if ids is not None else None
-        pix = None if bad_layout else images[start:stop]
+        lab = np.asarray(labels[start:stop])
+        idv = np.asarray(ids[start:stop]) if ids is not None else None
+        pix = None if bad_layout else np.asarray(images[start:stop])
         for j in range(stop - start):
             i = start + j
             rid = (idv[j].item() if hasattr(idv[j], "item") else idv[j]) if idv is not None \
@@ -255,5 +259,6 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
                               f"images array is {images.dtype}{list(images.shape)}; expected "
                               f"uint8 [N, {', '.join(map(str, cfg.image.shape))}]", id=rid)
                 continue
+            assert pix is not None   # bad_layout is False
             lv = lab[j]
             yield Record(i, rid, lv.item() if hasattr(lv, "item") else lv, pix[j])

@@ -37,7 +37,8 @@ class Normaliser:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return self.cfg.image.shape
+        h, w, c = self.cfg.image.shape
+        return h, w, c
 
     def normalise(self, rid: Any, label: Any, image: Any) -> tuple[str, int, bytes]:
         """Returns (id, label index, HWC uint8 pixel bytes) or raises :class:`RowError`."""

@@ -8,6 +8,7 @@ column without per-row Arrow objects.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -73,7 +74,8 @@ class DataShardWriter:
     the converter can later remove a duplicate without re-reading every shard.
     """
 
-    def __init__(self, store: ObjectStore, cfg: DatasetConfig, key_for) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, store: ObjectStore, cfg: DatasetConfig,
+                 key_for: Callable[[int | None, int], str]) -> None:
         self.store, self.cfg, self.key_for = store, cfg, key_for
         self.schema = data_schema(cfg)
         self.by_label = "label" in cfg.shards.partition_by

@@ -130,7 +130,7 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     quarantine = sorted((s for s in shards if s.kind == "quarantine"), key=lambda s: s.path)
     ok_mask = pc.equal(rows.column("status"), "ok")
     ok = rows.filter(ok_mask)
-    dups = find_duplicates(ok, load_published_ids(store, latest))
+    dups = find_duplicates(ok, load_published_ids(store, latest.batches if latest else []))
     status = rows.column("status").to_pylist()
     rule = rows.column("rule").to_pylist()
     if dups:
