@@ -1,4 +1,12 @@
-"""Error types. Each message names the object, the rule, the value found and what to do."""
+"""Error types. Each message names the object, the rule, the value found and what to do.
+
+Retrying: only :class:`TransientStoreError` (and the standard ``ConnectionError`` /
+``TimeoutError``) can go away by itself; every other error here needs a person or a code
+change, so retrying it only delays the report. :func:`is_transient` is the one place that
+decides, for Prefect's ``retry_condition_fn`` and any other retry loop. A plain
+:class:`StoreError` counts as permanent (e.g. "no dataset versions", an unknown manifest
+format, invalid JSON), so code that does not know better never retries.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +20,39 @@ class ConfigError(ShardlineError):
 
 
 class StoreError(ShardlineError):
-    """An object-store call failed; the message names bucket, key and the operation."""
+    """An object-store call failed; the message names bucket, key and the operation.
+
+    Not retried unless it is a :class:`TransientStoreError`."""
 
 
-class ObjectExists(StoreError):
-    """A conditional write (If-None-Match: *) found the key already present."""
+class TransientStoreError(StoreError):
+    """A failure a retry may fix: the endpoint did not answer, timed out, throttled (503
+    SlowDown) or failed on its side (5xx)."""
 
 
-class ObjectChanged(StoreError):
-    """A compare-and-swap write (If-Match) found a different ETag."""
+class PermanentStoreError(StoreError):
+    """A failure a retry cannot fix: the bucket or key does not exist, the credentials are
+    wrong or lack permission, a document is not what this shardline reads."""
+
+
+class ObjectExists(PermanentStoreError):
+    """A conditional write (If-None-Match: *) found the key already present.
+
+    The caller decides (e.g. take the next version number); never retried as is."""
+
+
+class ObjectChanged(PermanentStoreError):
+    """A compare-and-swap write (If-Match) found a different ETag; re-read, then retry."""
+
+
+class ServiceUnavailable(ShardlineError):
+    """A service the command needs (S3, Prefect API, Spark Connect) does not answer.
+
+    Raised by pre-flight checks, before any flow run exists."""
+
+    def __init__(self, service: str, url: str, problem: str, fix: str) -> None:
+        self.service, self.url, self.problem, self.fix = service, url, problem, fix
+        super().__init__(f"{service} at {url} {problem}; {fix}")
 
 
 class ValidationFailed(ShardlineError):
@@ -29,3 +61,32 @@ class ValidationFailed(ShardlineError):
 
 class PublishConflict(ShardlineError):
     """A concurrent publish made this batch unpublishable as converted; re-run ingest."""
+
+
+_TRANSIENT: tuple[type[BaseException], ...] = (TransientStoreError, ConnectionError,
+                                                TimeoutError)
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """Whether retrying the call that raised ``exc`` may succeed.
+
+    Follows explicit causes (``raise X from Y``), so a transient error wrapped by a layer
+    that adds the key or the shard still counts; a :class:`ShardlineError` that is not a
+    :class:`TransientStoreError` stops the walk (that layer decided it is permanent) unless
+    it is a plain :class:`StoreError` wrapping a transient cause.
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, _TRANSIENT):
+            return True
+        if isinstance(exc, ShardlineError) and type(exc) is not StoreError:
+            return False
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+__all__ = [
+    "ConfigError", "ObjectChanged", "ObjectExists", "PermanentStoreError", "PublishConflict",
+    "ServiceUnavailable", "ShardlineError", "StoreError", "TransientStoreError",
+    "ValidationFailed", "is_transient",
+]

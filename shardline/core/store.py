@@ -24,7 +24,14 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.core.config import StoreSettings
-from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
+from shardline.core.errors import (
+    ObjectChanged,
+    ObjectExists,
+    PermanentStoreError,
+    StoreError,
+    TransientStoreError,
+)
+from shardline.core.store_errors import HINTS, error_code, is_transient_failure
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +49,6 @@ class ObjectInfo:
     etag: str
     size: int
     last_modified: datetime
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 class ByteStream:
@@ -91,7 +94,10 @@ class ObjectStore:
             aws_access_key_id=settings.access_key,
             aws_secret_access_key=settings.secret_key,
             region_name=settings.region,
-            config=_RETRY,
+            config=_RETRY.merge(BotoConfig(
+                retries={"mode": "standard", "max_attempts": settings.max_attempts},
+                connect_timeout=settings.connect_timeout_s,
+                read_timeout=settings.read_timeout_s)),
         )
 
     # -- naming -----------------------------------------------------------------------
@@ -99,24 +105,54 @@ class ObjectStore:
         return f"s3://{self.bucket}/{key}"
 
     def _fail(self, op: str, key: str, exc: Exception, hint: str = "") -> StoreError:
+        """A typed error naming the operation and object: transient (retry may fix) or
+        permanent (wrong bucket, keys, missing object, ...)."""
         msg = f"{op} s3://{self.bucket}/{key} failed: {exc}"
+        code = error_code(exc) if isinstance(exc, ClientError) else ""
+        hint = HINTS.get(code, hint)
         if hint:
             msg += f"; {hint}"
-        return StoreError(msg)
+        if is_transient_failure(exc):
+            where = self.settings.endpoint_url or "AWS S3"
+            return TransientStoreError(f"{msg} (endpoint {where}; retrying may help)")
+        return PermanentStoreError(msg)
 
     # -- bucket -----------------------------------------------------------------------
+    def check_bucket(self) -> None:
+        """Raise unless the bucket exists and the credentials may read it (one HEAD).
+
+        Raises:
+            PermanentStoreError: no such bucket, or access denied (names the variable to fix).
+            TransientStoreError: the endpoint does not answer.
+        """
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            code = error_code(exc)
+            hint = {"404": HINTS["NoSuchBucket"], "NotFound": HINTS["NoSuchBucket"]}.get(
+                code, "")
+            raise self._fail("head bucket", "", exc, hint) from exc
+        except BotoCoreError as exc:
+            raise self._fail("head bucket", "", exc) from exc
+
     def ensure_bucket(self) -> None:
         """Create the bucket if it does not exist (the embedded stack and tests use this)."""
         try:
             self.client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
-            if _code(exc) not in ("404", "NoSuchBucket", "NotFound"):
+            if error_code(exc) not in ("404", "NoSuchBucket", "NotFound"):
                 raise self._fail("head bucket", "", exc) from exc
-            try:
-                self.client.create_bucket(Bucket=self.bucket)
-            except ClientError as exc2:
-                if _code(exc2) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
-                    raise self._fail("create bucket", "", exc2) from exc2
+        except BotoCoreError as exc:
+            raise self._fail("head bucket", "", exc) from exc
+        else:
+            return
+        try:
+            self.client.create_bucket(Bucket=self.bucket)
+        except ClientError as exc2:
+            if error_code(exc2) not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise self._fail("create bucket", "", exc2) from exc2
+        except BotoCoreError as exc2:
+            raise self._fail("create bucket", "", exc2) from exc2
 
     # -- reads ------------------------------------------------------------------------
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -154,8 +190,10 @@ class ObjectStore:
         try:
             r = self.client.head_object(Bucket=self.bucket, Key=key)
         except ClientError as exc:
-            if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return None
+            raise self._fail("head", key, exc) from exc
+        except BotoCoreError as exc:
             raise self._fail("head", key, exc) from exc
         return ObjectInfo(key, r["ETag"].strip('"'), int(r["ContentLength"]), r["LastModified"])
 
@@ -197,7 +235,7 @@ class ObjectStore:
         try:
             return dict(self.client.get_object(**kwargs))
         except ClientError as exc:
-            code = _code(exc)
+            code = error_code(exc)
             if code in ("NoSuchKey", "404"):
                 raise self._fail("get", key, exc, "the object does not exist") from exc
             if if_match is not None and code in ("PreconditionFailed", "412"):
@@ -214,7 +252,8 @@ class ObjectStore:
         try:
             return json.loads(data)
         except ValueError as exc:
-            raise StoreError(f"s3://{self.bucket}/{key} is not valid JSON: {exc}") from exc
+            raise PermanentStoreError(
+                f"s3://{self.bucket}/{key} is not valid JSON: {exc}") from exc
 
     def download(self, key: str, path: str) -> None:
         try:
@@ -248,7 +287,7 @@ class ObjectStore:
         try:
             return str(self.client.put_object(**kwargs)["ETag"]).strip('"')
         except ClientError as exc:
-            code = _code(exc)
+            code = error_code(exc)
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 if if_none_match:
                     raise ObjectExists(f"s3://{self.bucket}/{key} already exists") from exc

@@ -1,0 +1,41 @@
+"""How object-store failures are classified: transient (a retry may fix) or permanent.
+
+botocore raises ``ClientError`` (the service answered with an error code) or a
+``BotoCoreError`` (no usable answer: connection refused, timeout, ...). Throttling and the
+service's own 5xx failures, connections and timeouts are transient; everything else (no
+such bucket/key, bad credentials, access denied) needs a person.
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import ClientError
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+# Error codes a retry may fix (throttling, the service's own failures); HTTP 5xx also count.
+TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
+                    "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
+                    "RequestLimitExceeded", "503", "500", "502", "504"}
+# Hints for codes a user can fix.
+HINTS = {
+    "NoSuchBucket": "the bucket does not exist: check SHARDLINE_BUCKET (or create it)",
+    "InvalidAccessKeyId": "the access key is unknown: check AWS_ACCESS_KEY_ID",
+    "SignatureDoesNotMatch": "the secret key is wrong: check AWS_SECRET_ACCESS_KEY",
+    "AccessDenied": "the credentials lack permission for this bucket/key",
+    "403": "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and permissions",
+}
+
+
+def is_transient_failure(exc: Exception) -> bool:
+    """Whether a botocore error may go away on retry (connection, timeout, 5xx, throttle)."""
+    if isinstance(exc, ClientError):
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        return error_code(exc) in TRANSIENT_CODES or status >= 500
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    return isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError |
+                      TimeoutError)
