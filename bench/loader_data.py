@@ -9,7 +9,8 @@ rebuilt only when the set's spec (or ``FORMAT_VERSION``) changes.
 Shardline's shards are written as the ingest writes them (``tasks.shards.encode_ipc``,
 ``data_schema``, partitioned by label, sized by ``ShardSpec.rows_per_shard``), straight
 into a shard-cache folder under their sha256 names, i.e. a warm trainer cache; the
-manifest is kept beside them. The PNG folder of the large set holds a subset (encoding
+version document (built by ``shardline.core.builder``, as ingest does) and the objects it
+references are kept beside them. The PNG folder of the large set holds a subset (encoding
 224x224 PNGs is slow and the reader's cost per image does not depend on the folder size).
 """
 
@@ -28,19 +29,15 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from bench.common import DATA
-from shardline.core.config import DatasetConfig, ImageSpec, ShardSpec
-from shardline.core.manifest import (
-    BatchEntry,
-    Manifest,
-    ShardEntry,
-    code_version,
-    content_digests,
-    now_iso,
-)
-from shardline.core.schema import data_schema, describe, fingerprint, shard_key
+from shardline.core import layout
+from shardline.core.builder import NewBatch, build_version
+from shardline.core.config import DatasetConfig, ImageSpec, ShardSpec, config_to_dict
+from shardline.core.manifest import Manifest
+from shardline.core.parts import ShardEntry, ValidationSummary, content_digests
+from shardline.core.schema import data_schema, schema_info
 from shardline.tasks.convert.shard_writer import encode_ipc
 
-FORMAT_VERSION = 2   # 2: manifests carry xxh3_128
+FORMAT_VERSION = 3   # 2: manifests carry xxh3_128; 3: format-2 manifest + its objects
 COMPRESSIONS = ("none", "lz4")
 
 
@@ -104,8 +101,9 @@ class SetFiles:
 
     def manifest(self, compression: str) -> Manifest:
         self.ensure(f"shards-{compression}")
-        data = json.loads((self.cache_dir(compression) / "manifest.json").read_text())
-        return Manifest.from_dict(data)
+        folder = self.cache_dir(compression)
+        data = json.loads((folder / "manifest.json").read_text())
+        return Manifest(data, lambda key: (folder / "objects" / key).read_bytes())
 
     def ensure(self, fmt: str) -> None:
         done = self.root / f".done-{fmt}"
@@ -146,18 +144,20 @@ class SetFiles:
                 sha, xxh = content_digests(memoryview(buf))
                 (folder / f"{sha}.arrow").write_bytes(memoryview(buf))
                 entries.append(ShardEntry(
-                    path=shard_key(cfg.prefix, batch, label, part, "bench"), rows=len(r),
+                    path=layout.shard_key(cfg.prefix, batch, label, part, "bench"), rows=len(r),
                     bytes=buf.size, sha256=sha, xxh3_128=xxh, batch=batch,
-                    partition={"batch": batch, "label": str(label)}, compression=compression))
-        schema = data_schema(cfg)
-        m = Manifest(dataset=cfg.name, version=1, parent=None, created_at=now_iso(),
-                     schema={"fingerprint": fingerprint(schema), "fields": describe(schema),
-                             "shape": list(cfg.image.shape), "classes": list(cfg.classes)},
-                     shards=entries, new_shards=[e.path for e in entries],
-                     batches=[BatchEntry(batch, 1, self.spec.rows, 0, "", 1)], sources=[],
-                     validation={"success": True}, quarantine={"rows": 0, "by_rule": {}},
-                     code_version=code_version())
-        (folder / "manifest.json").write_text(json.dumps(m.to_dict()))
+                    partition={"batch": batch, "label": str(label)}, compression=compression,
+                    stats={"label": {"min": label, "max": label}},
+                    label_counts={str(label): len(r)}))
+        draft = build_version(
+            cfg.prefix, dataset=cfg.name, schema=schema_info(cfg), config=config_to_dict(cfg),
+            parent=None, batch=NewBatch(id=batch, run="bench", shards=entries, ids_path=""),
+            validation=ValidationSummary(success=True))
+        for key, body in draft.objects.items():
+            path = folder / "objects" / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+        (folder / "manifest.json").write_bytes(draft.body)
 
     def _raw(self) -> None:
         table = pa.table({"image": self._fsb(slice(None)), "label": pa.array(self.labels)})

@@ -75,15 +75,18 @@ class TrainPlan:
         return h.hexdigest()[:16]
 
 
-def shard_versions(manifest: Manifest) -> dict[str, int]:
-    """Shard path -> dataset version that added it (from the manifest's batch list)."""
+def shard_versions(manifest: Manifest) -> list[int]:
+    """The dataset version that added each shard of ``manifest.shards`` (same order), from the
+    batch table (format 2: the batch-list references; format 1: the cumulative batch list).
+    A shard whose batch is not listed (hand-made format-1 manifests) counts as this
+    version's when it is among its new shards, else as the version before."""
     by_batch = {b.id: b.version for b in manifest.batches}
-    new = set(manifest.new_shards)
-    earlier = max(manifest.version - 1, 0)
-    return {
-        s.path: by_batch.get(s.batch, manifest.version if s.path in new else earlier)
-        for s in manifest.shards
-    }
+    out = [by_batch.get(s.batch, -1) for s in manifest.shards]
+    if -1 in out:
+        new, earlier = set(manifest.new_shards), max(manifest.version - 1, 0)
+        out = [v if v >= 0 else (manifest.version if s.path in new else earlier)
+               for v, s in zip(out, manifest.shards, strict=True)]
+    return out
 
 
 def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_ratio: float,
@@ -91,19 +94,23 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     """Choose new and replay shards of ``manifest`` for a model last trained on
     ``since_dataset_version``.
 
+    Reads every batch list of the version once (replay samples all of history); shards are
+    new when their batch's version is after ``since_dataset_version`` (when retraining the
+    same version: when their batch is the version's own).
+
     Raises:
         NothingToTrain: no shard is new relative to ``since_dataset_version``.
     """
+    shards = manifest.shards
     versions = shard_versions(manifest)
     if since_dataset_version is None:
-        is_new = {s.path: True for s in manifest.shards}
+        is_new = [True] * len(shards)
     elif since_dataset_version >= manifest.version:
-        new = set(manifest.new_shards)
-        is_new = {s.path: s.path in new for s in manifest.shards}
+        is_new = [v == manifest.version for v in versions]
     else:
-        is_new = {s.path: versions[s.path] > since_dataset_version for s in manifest.shards}
-    new_rows = sum(s.rows for s in manifest.shards if is_new[s.path])
-    old_rows = sum(s.rows for s in manifest.shards if not is_new[s.path])
+        is_new = [v > since_dataset_version for v in versions]
+    new_rows = sum(s.rows for s, n in zip(shards, is_new, strict=True) if n)
+    old_rows = sum(s.rows for s, n in zip(shards, is_new, strict=True) if not n)
     if new_rows == 0:
         raise NothingToTrain(
             f"dataset {manifest.dataset} v{manifest.version} has no rows newer than the "
@@ -114,9 +121,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     q = min(1.0, target / old_rows) if old_rows else 0.0
     salt = int.from_bytes(hashlib.sha256(f"{seed}:{manifest.version}".encode()).digest()[:8],
                           "little")
-    shards = [
-        PlannedShard(s, i, versions[s.path], "new" if is_new[s.path] else "replay")
-        for i, s in enumerate(manifest.shards)
-    ]
-    return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, shards, q,
+    planned = [PlannedShard(s, i, v, "new" if n else "replay")
+               for i, (s, v, n) in enumerate(zip(shards, versions, is_new, strict=True))]
+    return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
                      holdout_fraction, salt)

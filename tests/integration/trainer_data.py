@@ -2,9 +2,10 @@
 
 Real data (scikit-learn's digits: 1797 8x8 images, 10 classes, pixels 0..16 scaled to
 0..255) written as real Arrow IPC shards with ``shardline.core.schema.data_schema``, partitioned
-by label like the ingest writes them, uncompressed or LZ4, and committed with a real
-``Manifest``: either to the moto bucket (``publish_version``) or to a local folder
-(``write_local_version``, read back through ``trainer.fetch.LocalShards``).
+by label, uncompressed or LZ4, with the batch's id index; versions are built by
+``shardline.core.builder`` (what ingest uses) and committed either to the moto bucket
+(``publish_version``) or kept in memory over a local folder (``write_local_version``, read
+back through ``trainer.fetch.LocalShards``).
 """
 
 from __future__ import annotations
@@ -18,18 +19,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from shardline.core.config import Config, DatasetConfig, ShardSpec, TrainConfig
-from shardline.core.manifest import (
-    BatchEntry,
-    Manifest,
-    ShardEntry,
-    code_version,
-    commit_manifest,
-    content_digests,
-    latest_manifest,
-    now_iso,
-)
-from shardline.core.schema import data_schema, describe, fingerprint, shard_key
+from shardline.core import layout
+from shardline.core.builder import NewBatch, VersionDraft, commit_version
+from shardline.core.builder import build_version as build_draft
+from shardline.core.config import Config, DatasetConfig, ShardSpec, TrainConfig, config_to_dict
+from shardline.core.manifest import Manifest, latest_manifest
+from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary, content_digests
+from shardline.core.schema import data_schema, schema_info
 from shardline.core.store import ObjectStore
 
 
@@ -74,48 +70,66 @@ def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes
     return sink.getvalue().to_pybytes()
 
 
-def build_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
-                  previous: Manifest | None, compression: str | None = None) -> Manifest:
-    """Write one batch of ``rows`` (indices into digits) as label-partitioned shards."""
+def ids_bytes(rows: np.ndarray) -> bytes:
+    """The batch's id index (Arrow IPC file of one ``id`` column), as ingest writes it."""
+    ids, _, _ = digits()
+    table = pa.table({"id": pa.array([ids[i] for i in rows], pa.string())})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
+                  previous: Manifest | None, compression: str | None = None) -> VersionDraft:
+    """Write one batch of ``rows`` (indices into digits) as label-partitioned shards plus its
+    id index, and build the next version through the builder ingest uses."""
     compression = compression or cfg.shards.compression
     version = 1 if previous is None else previous.version + 1
     _, labels, _ = digits()
     batch = hashlib.sha256(f"{cfg.name}:{version}:{len(rows)}".encode()).hexdigest()[:16]
+    run = f"run{version}"
     new: list[ShardEntry] = []
     for label in sorted(set(labels[rows].tolist())):
         part = np.sort(rows[labels[rows] == label])
         data = shard_bytes(cfg, part, compression)
-        key = shard_key(cfg.prefix, batch, int(label), 0, f"run{version}")
+        key = layout.shard_key(cfg.prefix, batch, int(label), 0, run)
         put(key, data)
         sha, xxh = content_digests(data)
         new.append(ShardEntry(path=key, rows=len(part), bytes=len(data), sha256=sha,
                               xxh3_128=xxh, batch=batch,
                               partition={"batch": batch, "label": str(label)},
-                              compression=compression))
-    schema = data_schema(cfg)
-    return Manifest(
-        dataset=cfg.name, version=version, parent=None if previous is None else previous.version,
-        created_at=now_iso(),
-        schema={"fingerprint": fingerprint(schema), "fields": describe(schema),
-                "shape": list(cfg.image.shape), "classes": list(cfg.classes)},
-        shards=(previous.shards if previous else []) + new,
-        new_shards=[s.path for s in new],
-        batches=(previous.batches if previous else []) + [
-            BatchEntry(id=batch, version=version, rows=len(rows), quarantined=0,
-                       ids_path="", sources=1)],
-        sources=[], validation={"success": True}, quarantine={"rows": 0, "by_rule": {}},
-        code_version=code_version(),
-    )
+                              stats={"label": {"min": int(label), "max": int(label)}},
+                              compression=compression,
+                              label_counts={str(label): len(part)}))
+    ids_path = layout.ids_key(cfg.prefix, batch, run)
+    put(ids_path, ids_bytes(rows))
+    upload = f"incoming/{cfg.name}/upload.csv"
+    return build_draft(
+        cfg.prefix, dataset=cfg.name, schema=schema_info(cfg), config=config_to_dict(cfg),
+        parent=previous,
+        batch=NewBatch(id=batch, run=run, shards=new, ids_path=ids_path,
+                       sources=[SourceEntry(upload, f"etag-{version}", 0, "csv")]),
+        validation=ValidationSummary(success=True, counts={"rows": len(rows), "ok": len(rows),
+                                                           "quarantined": 0}))
+
+
+def build_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
+                  previous: Manifest | None, compression: str | None = None) -> Manifest:
+    """The next version, kept in memory (its manifest objects are not written)."""
+    return draft_version(put, cfg, rows, previous, compression).manifest()
 
 
 def publish_version(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray,
                     compression: str | None = None) -> Manifest:
-    """Upload shards of ``rows`` to the bucket and commit the next version's manifest."""
+    """Upload shards of ``rows`` to the bucket and commit the next version."""
     previous = latest_manifest(store, cfg.prefix)
-    manifest = build_version(lambda k, b: store.put_bytes(k, b), cfg, rows, previous,
-                             compression)
-    commit_manifest(store, cfg.prefix, manifest)
-    return manifest
+
+    def put(key: str, data: bytes) -> None:
+        store.put_bytes(key, data)
+
+    draft = draft_version(put, cfg, rows, previous, compression)
+    return commit_version(store, draft)
 
 
 def write_local_version(root: Path, cfg: DatasetConfig, rows: np.ndarray,
