@@ -60,9 +60,13 @@ def log_tail(log_path: Path | None, lines: int = 15) -> str:
 
 def start(
     cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
+    cwd: str | os.PathLike[str] | None = None, user: int | None = None,
+    group: int | None = None, extra_groups: list[int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``cmd`` detached in its own process group, stdout+stderr appended to ``log_path``.
+
+    ``user``/``group``/``extra_groups`` (uid, gid, gids) run it as another OS user (only
+    root can; PostgreSQL refuses to run as root).
 
     SIGINT and SIGQUIT are reset to their defaults in the child: a launcher started in the
     background by a non-interactive shell (``nohup ... &``, some CI runners) ignores them,
@@ -76,7 +80,7 @@ def start(
         return subprocess.Popen(
             list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
-            preexec_fn=_default_signals,
+            preexec_fn=_default_signals, user=user, group=group, extra_groups=extra_groups,
         )
 
 

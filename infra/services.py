@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,17 @@ import pyspark
 from shardline.infra import procs
 
 BIN = Path(sys.executable).parent
+# The caller's cloud credentials and profiles: no stack service needs them (the stack uses
+# its own keys, given explicitly to the services that talk to its S3 server).
+_CALLER_SECRETS = ("AWS_", "PREFECT_API_KEY")
+
+
+def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without its AWS_* settings and Prefect Cloud key, plus
+    ``extra``: what every stack service starts from."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_CALLER_SECRETS)}
+    env.update(extra or {})
+    return env
 
 
 @dataclass
@@ -144,14 +155,19 @@ def start_moto(port: int, log_dir: Path, timeout_s: float = 30.0) -> Service:
     return launch_moto(port, log_dir).wait(timeout_s)
 
 
-def prefect_env(port: int, prefect_home: Path) -> dict[str, str]:
-    """Environment for a Prefect server on 127.0.0.1:port keeping all state in
-    ``prefect_home`` (SQLite database, profiles, the UI bundle it copies on first start)."""
-    env = dict(os.environ)
+def sqlite_url(prefect_home: Path) -> str:
+    return f"sqlite+aiosqlite:///{prefect_home}/prefect.db"
+
+
+def prefect_env(port: int, prefect_home: Path, db_url: str | None = None) -> dict[str, str]:
+    """Environment for a Prefect server on 127.0.0.1:port keeping its state in
+    ``prefect_home`` (profiles, the UI bundle it copies on first start) and in ``db_url``
+    (default: a SQLite file in ``prefect_home``)."""
+    env = base_env()
     env.update(
         PREFECT_HOME=str(prefect_home),
         PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
-        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{prefect_home}/prefect.db",
+        PREFECT_API_DATABASE_CONNECTION_URL=db_url or sqlite_url(prefect_home),
         PREFECT_UI_STATIC_DIRECTORY=str(prefect_home / "ui"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         # SQLite allows one writer: under bursts (hundreds of upload events while flow runs
@@ -164,16 +180,18 @@ def prefect_env(port: int, prefect_home: Path) -> dict[str, str]:
 
 
 def launch_prefect(port: int, prefect_home: Path, log_dir: Path,
-                   name: str = "prefect") -> Launch:
-    """``prefect server start`` on 127.0.0.1:port (API at /api, UI at /). It ignores
-    SIGTERM, so it is stopped with SIGINT."""
+                   name: str = "prefect", db_url: str | None = None) -> Launch:
+    """``prefect server start`` on 127.0.0.1:port (API at /api, UI at /), its database at
+    ``db_url`` (SQLite under ``prefect_home`` when None). It ignores SIGTERM, so it is
+    stopped with SIGINT."""
     prefect_home.mkdir(parents=True, exist_ok=True)
     log = log_dir / "prefect.log"
     url = f"http://127.0.0.1:{port}"
     health = f"{url}/api/health"
     cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    svc, proc = _spawn(name, cmd, log, port, url, health, env=prefect_env(port, prefect_home),
-                       cwd=prefect_home, stop_signal="SIGINT")
+    env = prefect_env(port, prefect_home, db_url)
+    svc, proc = _spawn(name, cmd, log, port, url, health, env=env, cwd=prefect_home,
+                       stop_signal="SIGINT")
     return Launch(svc, proc, lambda: procs.http_ok(health))
 
 
@@ -184,7 +202,7 @@ def start_prefect(port: int, prefect_home: Path, log_dir: Path,
 
 def spark_env(log_dir: Path) -> dict[str, str]:
     """Environment for Spark processes: loopback only, the venv's Python for workers."""
-    env = dict(os.environ)
+    env = base_env()
     env.update(
         SPARK_HOME=str(Path(pyspark.__file__).parent),
         SPARK_LOCAL_IP="127.0.0.1",
@@ -200,7 +218,8 @@ def spark_env(log_dir: Path) -> dict[str, str]:
 
 
 def launch_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
-                         work_dir: Path | None = None, name: str = "spark") -> Launch:
+                         work_dir: Path | None = None, name: str = "spark",
+                         extra_conf: Sequence[str] = ()) -> Launch:
     """A Spark Connect server (``master``, local mode by default) on 127.0.0.1:port, run in
     the foreground of its own process group so it can be stopped by PID. ``work_dir`` is
     its current directory (spark-warehouse/, derby.log land there)."""
@@ -217,6 +236,7 @@ def launch_spark_connect(port: int, log_dir: Path, master: str = "local[2]",
         "--conf", "spark.driver.bindAddress=127.0.0.1",
         "--conf", "spark.sql.execution.arrow.maxRecordsPerBatch=2048",
         "--conf", "spark.python.worker.reuse=true",
+        *extra_conf,
     ]
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)

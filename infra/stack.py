@@ -1,12 +1,15 @@
-"""The embedded stack: an S3 server (moto), a Prefect server (SQLite) and a Spark Connect
-server (local mode), all on 127.0.0.1, started in the background and stopped by PID.
+"""The embedded stack: an S3 server (moto), a Prefect server on PostgreSQL (or SQLite) and
+a Spark Connect server (local mode, or the driver of a standalone master with N workers),
+all on 127.0.0.1, started in the background and stopped by PID (see :mod:`infra.stack_specs`
+for what runs under which settings).
 
 Everything lives under one home folder (``SHARDLINE_HOME``, default ``./.shardline``)::
 
     stack.json     what runs: pids, ports, urls, bucket, started_at (see StackState)
     stack.lock     held while up/down run, so two of them never race on one home
     logs/          one log per server, appended across restarts
-    prefect/       PREFECT_HOME: the SQLite database, the UI bundle
+    prefect/       PREFECT_HOME: the UI bundle (and prefect.db with SHARDLINE_PREFECT_DB=sqlite)
+    postgres/      PostgreSQL's data/ and the password file (see :mod:`infra.postgres`)
     spark/         the Spark server's working folder (spark-warehouse/)
     s3-snapshot/   every bucket, saved by ``down`` and loaded by ``up``
 
@@ -18,13 +21,14 @@ content types and user metadata are kept) and only then stops the servers; if sa
 nothing is stopped. ``up`` loads the snapshot back and reports the counts; the snapshot
 stays on disk until the next ``down`` replaces it. ``down --discard`` skips saving: the
 objects written since ``up`` are dropped and the next ``up`` loads the older snapshot
-again. Prefect state (flow runs, deployments, artifacts) is in SQLite under
-``prefect/`` and survives by itself. A crash, ``kill -9`` or reboot of the S3 server loses
-what was written since the last ``up``.
+again. Prefect state (flow runs, deployments, artifacts) is in PostgreSQL under
+``postgres/`` (or SQLite under ``prefect/``) and survives by itself. A crash, ``kill -9``
+or reboot of the S3 server loses what was written since the last ``up``.
 
 Adding a service (a Prefect worker, an SQS consumer) is one more :class:`ServiceSpec` in
-``SERVICES``; ``after`` names the services it needs, which are started and healthy first.
-Services of one wave boot at the same time; ``down`` stops the waves in reverse order.
+:func:`service_specs`; ``after`` names the services it needs, which are started and healthy
+first; every service starts as soon as its own needs answer. ``down`` stops them in
+reverse order.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import contextlib
 import fcntl
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,8 +45,8 @@ from pathlib import Path
 
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
-from shardline.infra import procs, services, snapshot, worker
-from shardline.infra.events import service as events_service
+from shardline.infra import procs, services, snapshot
+from shardline.infra.stack_specs import SERVICES, ServiceSpec, service_specs
 from shardline.infra.stack_state import (
     ACCESS_KEY,
     REGION,
@@ -59,33 +63,6 @@ from shardline.infra.stack_state import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServiceSpec:
-    """How to start one service of the stack."""
-
-    name: str
-    launch: Callable[[StackConfig], services.Launch]
-    port_key: str | None = None  # its entry in StackConfig.ports, if it listens
-    timeout_s: float = 120.0
-    after: tuple[str, ...] = ()
-    # Runs once the snapshot is restored (e.g. bucket notifications, which must not fire
-    # for restored objects and which the snapshot does not keep).
-    configure: Callable[[StackConfig, StackState], None] | None = None
-
-
-SERVICES: tuple[ServiceSpec, ...] = (
-    ServiceSpec("s3", lambda c: services.launch_moto(c.ports["s3"], c.log_dir), "s3", 30.0),
-    ServiceSpec("prefect", lambda c: services.launch_prefect(
-        c.ports["prefect"], c.prefect_home, c.log_dir), "prefect"),
-    ServiceSpec("spark", lambda c: services.launch_spark_connect(
-        c.ports["spark"], c.log_dir, c.spark_master, c.home / "spark"), "spark"),
-    ServiceSpec("worker", lambda c: worker.launch_worker(c), None, 90.0,
-                after=("s3", "prefect", "spark")),
-    ServiceSpec(events_service.NAME, events_service.launch, None, 30.0,
-                after=("s3", "prefect"), configure=events_service.configure),
-)
 
 
 @dataclass(frozen=True)
@@ -135,7 +112,7 @@ def _locked(home: Path) -> Iterator[None]:
 
 
 def _check_ports(cfg: StackConfig) -> None:
-    for spec in SERVICES:
+    for spec in service_specs(cfg):
         if spec.port_key is None:
             continue
         port = cfg.ports[spec.port_key]
@@ -161,24 +138,33 @@ def _stop_all(svcs: list[services.Service],
         return list(pool.map(lambda s: _stop_one(s, grace_s), svcs))
 
 
-def _start_all(cfg: StackConfig) -> dict[str, services.Service]:
-    """Start every service, wave by wave; on any failure stop those already started."""
+def _start_all(cfg: StackConfig, interval_s: float = 0.2) -> dict[str, services.Service]:
+    """Start every service as soon as the services it needs answer (a service never waits
+    for an unrelated slow one); on any failure stop those already started."""
+    specs = service_specs(cfg)
+    _waves(specs)  # refuses cycles and unknown names before anything starts
     started: dict[str, services.Service] = {}
+    ready: set[str] = set()
+    pending: list[tuple[ServiceSpec, services.Launch]] = []
     try:
-        for wave in _waves(SERVICES):
-            launches = []
-            for spec in wave:
-                launch = spec.launch(cfg)
-                started[spec.name] = launch.service
-                launches.append((spec, launch))
+        while len(ready) < len(specs):
+            for spec in specs:
+                if spec.name not in started and set(spec.after) <= ready:
+                    launch = spec.launch(cfg, {n: started[n] for n in ready})
+                    started[spec.name] = launch.service
+                    pending.append((spec, launch))
             try:
-                services.wait_all([(launch, spec.timeout_s) for spec, launch in launches])
+                now_ready = [(s, la) for s, la in pending if la.poll(s.timeout_s)]
             except procs.StartError as exc:
                 raise StackError(f"{exc}\nstopped everything this `up` started: "
                                  f"{', '.join(started)}") from exc
-            for _, launch in launches:
-                log.info("%s ready in %.1fs: %s", launch.service.name, launch.service.ready_s,
+            for spec, launch in now_ready:
+                ready.add(spec.name)
+                pending.remove((spec, launch))
+                log.info("%s ready in %.1fs: %s", spec.name, launch.service.ready_s,
                          launch.service.url)
+            if not now_ready:
+                time.sleep(interval_s)
     except BaseException:
         _stop_all(list(started.values()), grace_s=5.0)
         raise
@@ -224,7 +210,7 @@ def up(cfg: StackConfig) -> UpResult:
         try:
             state.save()
             restored = _restore(cfg, state)
-            for spec in SERVICES:
+            for spec in service_specs(cfg):
                 if spec.configure is not None:
                     spec.configure(cfg, state)
             state.phase = "up"
@@ -242,7 +228,10 @@ def up(cfg: StackConfig) -> UpResult:
 def _stop_groups(state: StackState) -> list[list[services.Service]]:
     """The recorded services in start order, by wave; names this version does not know
     (a state file from another version) come last, so they are stopped first."""
-    waves = _waves(SERVICES)
+    names = state.services
+    waves = _waves(service_specs(StackConfig(
+        Path(state.home), database="postgres" if "postgres" in names else "sqlite",
+        spark_workers=sum(n.startswith("spark-worker-") for n in names))))
     known = {spec.name for wave in waves for spec in wave}
     groups = [[state.services[s.name] for s in wave if s.name in state.services]
               for wave in waves]
@@ -293,5 +282,5 @@ def down(home: Path, discard: bool = False) -> DownResult:
 
 
 __all__ = ["SERVICES", "DownResult", "PortInUse", "ServiceSpec", "StackConfig", "StackError",
-           "StackState", "UpResult", "down", "load_state", "running_stack", "stack_env",
-           "status", "up"]
+           "StackState", "UpResult", "down", "load_state", "running_stack", "service_specs",
+           "stack_env", "status", "up"]

@@ -22,6 +22,8 @@ STATE_FILE = "stack.json"
 ACCESS_KEY = SECRET_KEY = "testing"
 REGION = "us-east-1"
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+DATABASES = ("postgres", "sqlite")
+MAX_SPARK_WORKERS = 16
 
 
 class StackError(ShardlineError):
@@ -56,12 +58,18 @@ def _port(value: object, where: str) -> int:
 
 @dataclass(frozen=True)
 class StackConfig:
-    """What ``up`` starts: the home folder, one port per service, the default bucket."""
+    """What ``up`` starts: the home folder, one port per service, the default bucket,
+    Prefect's database (``postgres``, the default, or ``sqlite``) and Spark's engine
+    (``spark_workers`` = 0: ``spark_master``, local mode by default; N > 0: a standalone
+    master and N workers on loopback that the Spark Connect server submits to)."""
 
     home: Path
     ports: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
     bucket: str = DEFAULT_BUCKET
     spark_master: str = "local[2]"
+    database: str = "postgres"
+    db_port: int | None = None  # None: a free port, chosen by ``up``
+    spark_workers: int = 0
 
     @property
     def log_dir(self) -> Path:
@@ -75,16 +83,24 @@ class StackConfig:
     def snapshot_dir(self) -> Path:
         return self.home / "s3-snapshot"
 
+    @property
+    def db_root(self) -> Path:
+        return self.home / "postgres"
+
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None,
                 ports: Mapping[str, int | None] | None = None, bucket: str | None = None,
-                spark_master: str | None = None,
+                spark_master: str | None = None, database: str | None = None,
+                spark_workers: int | None = None,
                 env: Mapping[str, str] | None = None) -> StackConfig:
         """Arguments win over the environment (``SHARDLINE_HOME``, ``SHARDLINE_<NAME>_PORT``,
-        ``SHARDLINE_BUCKET``, ``SHARDLINE_SPARK_MASTER``), which wins over the defaults.
+        ``SHARDLINE_BUCKET``, ``SHARDLINE_SPARK_MASTER``, ``SHARDLINE_PREFECT_DB``,
+        ``SHARDLINE_POSTGRES_PORT``, ``SHARDLINE_SPARK_WORKERS``), which wins over the
+        defaults.
 
         Raises:
-            StackError: an unknown service name, a bad or repeated port, a bad bucket name.
+            StackError: an unknown service name, a bad or repeated port, a bad bucket name,
+                an unknown database, a bad worker count or a worker count with a master.
         """
         env = os.environ if env is None else env
         ports = dict(ports or {})
@@ -108,7 +124,35 @@ class StackConfig:
             raise StackError(f"bucket name {bucket!r} is not a valid S3 bucket name (3-63 "
                              "lowercase letters, digits, '.', '-'); set SHARDLINE_BUCKET")
         master = spark_master or env.get("SHARDLINE_SPARK_MASTER") or "local[2]"
-        return cls(resolve_home(home, env), resolved, bucket, master)
+        database = (database or env.get("SHARDLINE_PREFECT_DB") or "postgres").lower()
+        if database not in DATABASES:
+            raise StackError(f"Prefect database {database!r} is not one of {DATABASES}; set "
+                             "SHARDLINE_PREFECT_DB to postgres (default) or sqlite")
+        db_port = None
+        if env.get("SHARDLINE_POSTGRES_PORT"):
+            db_port = _port(env["SHARDLINE_POSTGRES_PORT"], "SHARDLINE_POSTGRES_PORT")
+            if db_port in resolved.values():
+                raise StackError(f"SHARDLINE_POSTGRES_PORT={db_port} is also the port of "
+                                 f"another service ({resolved}); choose another")
+        workers = _workers(spark_workers if spark_workers is not None
+                           else env.get("SHARDLINE_SPARK_WORKERS", "0"))
+        if workers and master != "local[2]":
+            raise StackError(f"spark workers={workers} starts a standalone cluster, which "
+                             f"replaces the Spark master {master!r}; set one or the other")
+        return cls(resolve_home(home, env), resolved, bucket, master, database, db_port,
+                   workers)
+
+
+def _workers(value: object) -> int:
+    try:
+        n = int(str(value))
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_SPARK_WORKERS:
+        raise StackError(f"the number of Spark workers (SHARDLINE_SPARK_WORKERS or "
+                         f"--spark-workers) must be 0 (local mode) to {MAX_SPARK_WORKERS}, "
+                         f"got {value!r}")
+    return n
 
 
 @dataclass
@@ -224,4 +268,13 @@ def status(home: Path) -> dict[str, Any]:
         "phase": state.phase, "bucket": state.bucket, "started_at": state.started_at,
         **state.urls(), "services": svcs, "env": stack_env(state),
         "restored": state.restored, "snapshot_dir": str(Path(home) / "s3-snapshot"),
+        "database": database_url(state),
     }
+
+
+def database_url(state: StackState) -> str:
+    """Where Prefect keeps its state: the PostgreSQL URL (no password) or the SQLite file."""
+    db = state.services.get("postgres")
+    if db is not None:
+        return db.url
+    return f"sqlite:///{Path(state.home) / 'prefect' / 'prefect.db'}"

@@ -31,6 +31,9 @@ BucketOpt = typer.Option(None, "--bucket", help="bucket created on up "
                          "(env SHARDLINE_BUCKET, default shardline)")
 DiscardOpt = typer.Option(False, "--discard", help="do not save the buckets: objects "
                           "written since up are dropped")
+SparkWorkersOpt = typer.Option(None, "--spark-workers", help="start a standalone Spark "
+                               "master and N workers (env SHARDLINE_SPARK_WORKERS, default 0: "
+                               "local mode)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "digits.toml"
 ConfigOpt = typer.Option(DEFAULT_CONFIG, "--config", "-c", envvar="SHARDLINE_CONFIG",
@@ -73,7 +76,8 @@ def _print_status(st: dict[str, Any]) -> None:
     out.print(f"  S3 endpoint    {st['s3_endpoint']}  bucket [bold]{st['bucket']}[/]\n"
               f"  Prefect API    {st['prefect_api_url']}\n"
               f"  Prefect UI     {st['prefect_ui_url']}\n"
-              f"  Spark Connect  {st['spark_remote']}")
+              f"  Spark Connect  {st['spark_remote']}\n"
+              f"  Prefect DB     {st.get('database', '?')}")
 
 
 def _fail(exc: Exception) -> None:
@@ -84,7 +88,7 @@ def _fail(exc: Exception) -> None:
 def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
        prefect_port: int | None = PrefectPortOpt, spark_port: int | None = SparkPortOpt,
        bucket: str | None = BucketOpt, config: Path = ConfigOpt,
-       deploy: bool = DeployOpt) -> None:
+       deploy: bool = DeployOpt, spark_workers: int | None = SparkWorkersOpt) -> None:
     """Start the embedded stack in the background: S3 (moto), Prefect server + worker,
     Spark Connect; then deploy the flows for --config (nightly, on-upload, on-publish).
 
@@ -92,8 +96,9 @@ def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
     """
     try:
         cfg = StackConfig.resolve(home, {"s3": s3_port, "prefect": prefect_port,
-                                         "spark": spark_port}, bucket)
-        with err.status(f"starting {', '.join(s.name for s in stack.SERVICES)} "
+                                         "spark": spark_port}, bucket,
+                                    spark_workers=spark_workers)
+        with err.status(f"starting {', '.join(s.name for s in stack.service_specs(cfg))} "
                         f"in {cfg.home}", spinner="dots"):
             result = stack.up(cfg)
     except ShardlineError as exc:

@@ -141,9 +141,33 @@ def test_status_reports_every_service_alive(stack_a: StackConfig) -> None:
     assert env["PREFECT_API_URL"] == f"http://127.0.0.1:{stack_a.ports['prefect']}/api"
     assert env["SHARDLINE_SPARK_REMOTE"] == f"sc://127.0.0.1:{stack_a.ports['spark']}"
     assert env["SHARDLINE_S3_ENDPOINT_URL"] == f"http://127.0.0.1:{stack_a.ports['s3']}"
-    # Prefect keeps its SQLite database and UI bundle under the home folder.
-    assert (stack_a.prefect_home / "prefect.db").is_file()
+    # Prefect runs on the stack's PostgreSQL (data under the home folder, loopback only, a
+    # password not shown in the status); its UI bundle is under the home folder too.
+    db = st["services"]["postgres"]
+    assert db["alive"] and db["healthy"] and Path(db["log"]).is_file()
+    assert st["database"] == f"postgresql://shardline@127.0.0.1:{db['port']}/prefect"
+    assert (stack_a.db_root / "data" / "PG_VERSION").is_file()
+    assert not (stack_a.prefect_home / "prefect.db").exists()
     assert (stack_a.prefect_home / "ui").is_dir()
+    password = (stack_a.db_root / "password").read_text().strip()
+    assert password not in json.dumps(st)
+    import asyncio
+
+    import asyncpg
+
+    async def tables(pw: str) -> list[str]:
+        conn = await asyncpg.connect(host="127.0.0.1", port=db["port"], user="shardline",
+                                     password=pw, database="prefect")
+        try:
+            rows = await conn.fetch("select tablename from pg_tables where tablename = "
+                                    "'flow_run'")
+            return [r["tablename"] for r in rows]
+        finally:
+            await conn.close()
+
+    assert asyncio.run(tables(password)) == ["flow_run"]  # Prefect's schema is there
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        asyncio.run(tables("wrong"))
     # The bucket exists and Spark Connect runs jobs.
     s3(state).head_bucket(Bucket="shardline")
     from pyspark.sql import SparkSession
@@ -185,12 +209,27 @@ def test_occupied_port_is_a_clear_error(tmp_path: Path, cli: typer.Typer) -> Non
     assert processes_using(list(cfg.ports.values())) == []
 
 
+def processes_under(home: Path) -> list[int]:
+    """PIDs whose command line names a path under ``home`` (postgres -D, Spark work dirs)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            args = (d / "cmdline").read_bytes().decode(errors="replace") if d.name.isdigit() \
+                else ""
+        except OSError:
+            continue
+        if str(home) in args:
+            found.append(int(d.name))
+    return found
+
+
 def test_failed_service_stops_the_others(tmp_path: Path, stacks: Stacks) -> None:
     cfg = config(tmp_path / "broken", spark_master="bogus://nowhere")
     with pytest.raises(StackError, match=r"(?s)spark did not start.*Master must"):
         stacks.up(cfg)
     assert not (cfg.home / "stack.json").exists()
     assert processes_using(list(cfg.ports.values())) == []
+    assert processes_under(cfg.home) == []  # the database too
     assert all(procs.port_free(p) for p in cfg.ports.values())
 
 
@@ -199,12 +238,18 @@ def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks
     home_b = tmp_path / "stack-b"
     ports = free_ports()
     stacks.homes.append(home_b)
+    # Stack B keeps Prefect on SQLite (the explicit option).
     run = CliRunner().invoke(cli, [
         "up", "--home", str(home_b), "--bucket", "other-bucket",
         *(arg for name, port in zip(SERVICES, ports, strict=True)
-          for arg in (f"--{name}-port", str(port)))])
+          for arg in (f"--{name}-port", str(port)))], env={"SHARDLINE_PREFECT_DB": "sqlite"})
     stacks.track(home_b)
     assert run.exit_code == 0, run.output
+    st_b = stack.status(home_b)
+    assert "postgres" not in st_b["services"] and not (home_b / "postgres").exists()
+    assert st_b["database"] == f"sqlite:///{home_b / 'prefect' / 'prefect.db'}"
+    assert (home_b / "prefect" / "prefect.db").is_file()
+    assert "Prefect DB" in run.output and "sqlite:///" in run.output
     state_a, state_b = stack.running_stack(stack_a.home), stack.running_stack(home_b)
     assert state_a is not None and state_b is not None
     assert {s.pid for s in state_a.services.values()}.isdisjoint(

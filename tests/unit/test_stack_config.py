@@ -81,20 +81,64 @@ def test_dead_processes_are_not_a_running_stack(tmp_path: Path) -> None:
     assert stack.status(tmp_path)["running"] is False
 
 
-def test_services_start_in_waves_after_what_they_need() -> None:
-    def launch(_: StackConfig) -> None:
+def _names(waves: list) -> list[list[str]]:
+    return [[s.name for s in w] for w in waves]
+
+
+def test_services_start_after_what_they_need(tmp_path: Path) -> None:
+    def launch(_: StackConfig, __: object) -> None:
         raise AssertionError("not started here")
 
     base = tuple(s for s in stack.SERVICES if not s.after)
-    extra = stack.ServiceSpec("extra", launch, after=("prefect",))  # type: ignore[arg-type]
-    waves = stack._waves((*base, extra))
-    assert [[s.name for s in w] for w in waves] == [["s3", "prefect", "spark"], ["extra"]]
-    # The stack's own: the worker and the S3-events consumer start once the servers answer.
-    assert [[s.name for s in w] for w in stack._waves(stack.SERVICES)] == [
-        ["s3", "prefect", "spark"], ["worker", "events"]]
+    extra = stack.ServiceSpec("extra", launch, after=("postgres",))  # type: ignore[arg-type]
+    assert _names(stack._waves((*base, extra))) == [["s3", "spark", "postgres"], ["extra"]]
+    # The default stack: Prefect on PostgreSQL; the worker and the S3-events consumer start
+    # once the servers answer.
+    assert _names(stack._waves(stack.SERVICES)) == [
+        ["s3", "spark", "postgres"], ["prefect"], ["worker", "events"]]
+    sqlite = StackConfig.resolve(tmp_path, env={"SHARDLINE_PREFECT_DB": "SQLite"})
+    assert sqlite.database == "sqlite"
+    assert _names(stack._waves(stack.service_specs(sqlite))) == [
+        ["s3", "spark", "prefect"], ["worker", "events"]]
+    cluster = StackConfig.resolve(tmp_path, spark_workers=2, env={})
+    assert _names(stack._waves(stack.service_specs(cluster))) == [
+        ["s3", "spark-master", "postgres"], ["spark-worker-1", "spark-worker-2", "prefect"],
+        ["spark", "events"], ["worker"]]
     loop = stack.ServiceSpec("a", launch, after=("b",))  # type: ignore[arg-type]
     with pytest.raises(StackError, match=r"\['a'\] wait for each other or for unknown"):
         stack._waves((loop,))
+
+
+@pytest.mark.parametrize(("kwargs", "env", "message"), [
+    ({}, {"SHARDLINE_PREFECT_DB": "mysql"}, r"'mysql' is not one of \('postgres', 'sqlite'\)"),
+    ({}, {"SHARDLINE_SPARK_WORKERS": "two"}, r"Spark workers.*0 \(local mode\) to 16.*'two'"),
+    ({"spark_workers": 99}, {}, r"to 16, got 99"),
+    ({"spark_workers": 2, "spark_master": "spark://h:7077"}, {},
+     r"workers=2 starts a standalone cluster.*'spark://h:7077'"),
+    ({}, {"SHARDLINE_POSTGRES_PORT": "4200"}, r"SHARDLINE_POSTGRES_PORT=4200 is also the port"),
+])
+def test_bad_engine_settings_name_the_value(kwargs: dict, env: dict, message: str) -> None:
+    with pytest.raises(StackError, match=message):
+        StackConfig.resolve(env=env, **kwargs)
+
+
+def test_engine_settings_from_environment(tmp_path: Path) -> None:
+    cfg = StackConfig.resolve(tmp_path, env={"SHARDLINE_SPARK_WORKERS": "3",
+                                             "SHARDLINE_POSTGRES_PORT": "9399"})
+    assert (cfg.database, cfg.spark_workers, cfg.db_port) == ("postgres", 3, 9399)
+    assert cfg.db_root == cfg.home / "postgres"
+    default = StackConfig.resolve(tmp_path, env={})
+    assert (default.database, default.spark_workers, default.db_port) == ("postgres", 0, None)
+
+
+def test_status_names_the_database_without_its_password(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.save()
+    assert stack.status(tmp_path)["database"] == f"sqlite:///{tmp_path}/prefect/prefect.db"
+    state.services["postgres"] = Service("postgres", 14, 5555,
+                                         "postgresql://shardline@127.0.0.1:5555/prefect", "l")
+    state.save()
+    assert stack.status(tmp_path)["database"] == "postgresql://shardline@127.0.0.1:5555/prefect"
 
 
 def test_snapshot_file_names_keep_keys_as_paths_when_safe() -> None:
