@@ -88,6 +88,13 @@ class VersionDraft:
         return layout.version_key(self.prefix, self.doc.version)
 
     @property
+    def run_objects(self) -> list[str]:
+        """Keys only this draft writes (batch list, checkpoint): not the shared,
+        content-addressed schema and config objects."""
+        shared = {self.doc.schema.key} | ({self.doc.config.key} if self.doc.config else set())
+        return [k for k in self.objects if k not in shared]
+
+    @property
     def body(self) -> bytes:
         return encode(self.doc.to_dict())
 
@@ -223,4 +230,4 @@ def commit_version(store: ObjectStore, draft: VersionDraft) -> Manifest:
     log.info("committed %s (%d bytes, %d batch-list reference(s)%s)", draft.key,
              len(draft.body), len(draft.doc.batch_lists),
              ", new checkpoint" if any("/checkpoint-" in k for k in draft.objects) else "")
-    return Manifest(draft.doc.to_dict(), store.get_bytes, draft.key)
+    return draft.manifest(store.get_bytes)

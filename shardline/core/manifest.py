@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import subprocess
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
-from functools import cache, cached_property
-from pathlib import Path
+from functools import cached_property
 from typing import Any
 
-from shardline import __version__
 from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.parts import (
@@ -42,6 +38,7 @@ from shardline.core.parts import (
     ValidationSummary,
     content_digests,
 )
+from shardline.core.provenance import code_version, now_iso
 from shardline.core.store import ObjectStore
 from shardline.core.version_doc import READABLE_FORMATS, BatchList, Checkpoint, VersionDoc, decode
 
@@ -207,6 +204,14 @@ class Manifest:
         ref = self.doc.own_ref
         return [] if ref is None else self.read_lists([ref])[0].shards
 
+    def new_quarantine(self) -> list[ShardEntry]:
+        """This version's new quarantine shards (format 2: its own batch list only)."""
+        if self.doc is None:
+            bid = self.new_batch.id if self.new_batch else None
+            return [s for s in self.quarantine.shards if s.batch == bid]
+        ref = self.doc.own_ref
+        return [] if ref is None else self.read_lists([ref])[0].quarantine_shards
+
     def old(self) -> list[ShardEntry]:
         new = set(self.new_shards)
         return [s for s in self.shards if s.path not in new]
@@ -242,9 +247,6 @@ class Manifest:
         """The document as committed."""
         return self.raw
 
-    @classmethod
-    def from_dict(cls, doc: dict[str, Any], get: Getter | None = None) -> Manifest:
-        return cls(doc, get)
 
 
 def _no_getter(key: str) -> bytes:
@@ -266,8 +268,8 @@ def _legacy_doc(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def commit_manifest(store: ObjectStore, prefix: str, manifest: Manifest) -> str:
-    """Commit a format-1 document with If-None-Match: * (transitional; format 2 commits go
-    through ``shardline.core.builder.commit_version``).
+    """Commit a format-1 document with If-None-Match: * (for tests of old manifests;
+    ingest commits format 2 through ``shardline.core.builder.commit_version``).
 
     Raises:
         ObjectExists: another publisher already committed this version number.
@@ -275,23 +277,6 @@ def commit_manifest(store: ObjectStore, prefix: str, manifest: Manifest) -> str:
     key = layout.version_key(prefix, manifest.version)
     store.put_json(key, manifest.to_dict(), if_none_match=True)
     return key
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-@cache
-def code_version() -> str:
-    """shardline's version plus the git commit when running from a checkout."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
-    return f"{__version__}+{sha}" if sha else __version__
 
 
 def list_versions(store: ObjectStore, prefix: str) -> list[int]:

@@ -1,0 +1,91 @@
+"""Manifest format 2 through the real publish path (moto S3, Spark Connect, GX): a commit
+costs O(new data), every version resolves to exactly its shards, and a dataset whose
+history was written in format 1 keeps loading and grows in format 2."""
+
+from __future__ import annotations
+
+import json
+
+from shardline.core import layout
+from shardline.core.manifest import Manifest, list_versions, read_manifest
+from shardline.core.store import ObjectStore
+from shardline.infra.demo_data import digits, jsonl_bytes
+from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
+
+IN = "incoming/digits/"
+ROWS = 120
+
+
+def _upload(store: ObjectStore, i: int) -> None:
+    store.put_bytes(f"{IN}u{i:02d}.jsonl", jsonl_bytes(digits(i * ROWS, (i + 1) * ROWS)))
+
+
+def _doc_bytes(store: ObjectStore, prefix: str, v: int) -> int:
+    info = store.head(layout.version_key(prefix, v))
+    assert info is not None
+    return info.size
+
+
+def test_twelve_versions_small_documents_exact_shard_sets(store, spark) -> None:
+    cfg = dataset_config()
+    added: dict[int, list[str]] = {}
+    for i in range(12):
+        _upload(store, i)
+        pub = run_pipeline(store, cfg, spark)
+        assert pub is not None and pub.created and pub.version == i + 1
+        added[pub.version] = [s.path for s in pub.new_shards]
+    assert list_versions(store, cfg.prefix) == list(range(1, 13))
+    sizes = {v: _doc_bytes(store, cfg.prefix, v) for v in range(1, 13)}
+    print("version document bytes:", sizes)
+    assert sizes[12] <= 2.0 * sizes[2], sizes
+
+    for v in range(1, 13):
+        m = read_manifest(store, cfg.prefix, v)
+        assert m.format == 2
+        assert [s.path for s in m.shards] == [p for u in range(1, v + 1) for p in added[u]]
+        assert m.new_shards == added[v] and m.rows == v * ROWS
+        assert [b.version for b in m.batches] == list(range(1, v + 1))
+    m12 = read_manifest(store, cfg.prefix, 12)
+    assert m12.doc is not None and m12.doc.checkpoint is not None
+    assert m12.doc.checkpoint.version == 10 and len(m12.doc.batch_lists) == 2
+    assert_exactly_once(store, m12, [d.id for d in digits(0, 12 * ROWS)], [])
+
+
+def _as_format1(m: Manifest) -> dict:
+    """Version ``m`` as the code before format 2 wrote it: one cumulative document."""
+    q = m.quarantine
+    return {
+        "dataset": m.dataset, "version": m.version, "parent": m.parent,
+        "created_at": m.created_at, "schema": m.schema.__dict__,
+        "shards": [{k: v for k, v in s.__dict__.items() if k != "label_counts"}
+                   for s in m.shards],
+        "new_shards": m.new_shards, "batches": [b.__dict__ for b in m.batches],
+        "sources": [s.__dict__ for s in m.sources], "validation": m.validation.__dict__,
+        "quarantine": {"rows": q.rows, "by_rule": q.by_rule, "total_rows": q.total_rows,
+                       "shards": [s.__dict__ for s in q.shards]},
+        "code_version": m.code_version, "config": m.config, "format": 1,
+    }
+
+
+def test_format1_history_loads_and_the_next_publish_continues_it(store, spark) -> None:
+    cfg = dataset_config()
+    _upload(store, 0)
+    assert run_pipeline(store, cfg, spark) is not None
+    # make version 1 a format-1 document, with no format-2 objects around it
+    v1 = _as_format1(read_manifest(store, cfg.prefix, 1))
+    store.delete(o.key for o in store.list(layout.manifests_prefix(cfg.prefix)))
+    store.delete([layout.version_key(cfg.prefix, 1)])
+    store.put_json(layout.version_key(cfg.prefix, 1), v1)
+    old = read_manifest(store, cfg.prefix, 1)
+    assert old.format == 1 and [s.path for s in old.shards] == [s["path"] for s in v1["shards"]]
+    assert old.rows == ROWS and old.validation.success and old.schema.shape == [8, 8, 1]
+
+    _upload(store, 1)
+    pub = run_pipeline(store, cfg, spark)
+    assert pub is not None and pub.version == 2
+    m2 = read_manifest(store, cfg.prefix, 2)
+    assert m2.format == 2 and m2.doc is not None and m2.doc.checkpoint is not None
+    assert [s.path for s in m2.shards] == [s["path"] for s in v1["shards"]] + m2.new_shards
+    assert [b.id for b in m2.batches][0] == v1["batches"][0]["id"]
+    assert_exactly_once(store, m2, [d.id for d in digits(0, 2 * ROWS)], [])
+    assert json.loads(store.get_bytes(layout.version_key(cfg.prefix, 1)))["format"] == 1
