@@ -5,9 +5,17 @@ from __future__ import annotations
 import subprocess
 from datetime import UTC, datetime
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 
-from shardline import __version__
+
+def _package_version() -> str:
+    # from the installed distribution, not ``shardline.__version__``: the core imports
+    # nothing outside shardline.core (the package root pulls in the public API)
+    try:
+        return metadata.version("shardline")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 def now_iso() -> str:
@@ -24,4 +32,5 @@ def code_version() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         sha = ""
-    return f"{__version__}+{sha}" if sha else __version__
+    version = _package_version()
+    return f"{version}+{sha}" if sha else version
