@@ -38,6 +38,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from shardline.core.errors import StoreError
 from shardline.core.manifest import ShardEntry
 from shardline.core.store import ObjectStore
+from shardline.trainer.trust import UntrustedInput, check_digest
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,20 @@ class ShardCache:
         self._sweep_parts()
 
     def path_for(self, entry: ShardEntry) -> Path:
-        return self.root / f"{entry.sha256}.arrow"
+        """``<root>/<sha256>.arrow``; the digest is checked first (``trainer.trust``), so a
+        manifest field can never name a file outside the cache folder.
+
+        Raises:
+            UntrustedInput: the entry's sha256 (or xxh3_128) is not lowercase hex of its
+                length."""
+        where = f"manifest entry for s3://{self.store.bucket}/{entry.path}"
+        check_digest(entry.sha256, "sha256", where)
+        if entry.xxh3_128 is not None:
+            check_digest(entry.xxh3_128, "xxh3_128", where)
+        path = self.root / f"{entry.sha256}.arrow"
+        if path.parent != self.root:       # cannot happen after the check; never trust it
+            raise UntrustedInput(f"{where}: cache path {path} is outside {self.root}")
+        return path
 
     def ensure(self, entry: ShardEntry) -> Path:
         """Local path of a verified copy of ``entry``, fetching it when missing or corrupt.
@@ -123,8 +137,16 @@ class ShardCache:
                     "(size %d, expected %d): refetching", path, self.store.bucket, entry.path,
                     st.st_size, entry.bytes)
         self.stats.refetched_corrupt += 1
-        path.unlink(missing_ok=True)
+        self._unlink(path)
         return False
+
+    def _unlink(self, path: Path) -> None:
+        """Delete a cache file: only ever a ``*.arrow`` entry directly inside the folder (a
+        symbolic link placed there is removed itself, never what it points to)."""
+        if path.parent != self.root or path.suffix != ".arrow":
+            raise UntrustedInput(f"refusing to delete {path}: not a shard file directly "
+                                 f"inside the cache folder {self.root}")
+        path.unlink(missing_ok=True)
 
     def _fetch(self, entry: ShardEntry, path: Path) -> None:
         t0 = time.perf_counter()

@@ -3,7 +3,8 @@
 Weights are a flat ``name -> tensor`` safetensors file. Optimizer state is split: tensors
 (``state.<param index>.<name>``) go into a safetensors file, everything else (param group
 hyper-parameters, non-tensor state) into JSON. Loading rebuilds ``optimizer.state_dict()``
-from those two and lets the current config's learning rate and weight decay win.
+from those two (checked: ``trainer.trust``) and takes every hyper-parameter from the
+current optimizer: this run's learning rate, weight decay and implementation win.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import json
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
 from shardline.core.errors import ShardlineError
 from shardline.trainer.model import unwrap
+from shardline.trainer.trust import (
+    OPTIMIZER_STATE_NAMES,
+    UntrustedInput,
+    check_param_groups,
+)
 
 
 class CheckpointError(ShardlineError):
@@ -30,7 +37,14 @@ def tensors_to_bytes(tensors: dict[str, torch.Tensor], meta: dict[str, str] | No
 
 
 def bytes_to_tensors(data: bytes) -> dict[str, torch.Tensor]:
-    return st_load(data)
+    """Tensors of a safetensors blob.
+
+    Raises:
+        CheckpointError: the bytes are not a safetensors file."""
+    try:
+        return st_load(data)
+    except SafetensorError as exc:
+        raise CheckpointError(f"not a safetensors blob ({len(data)} bytes: {exc})") from exc
 
 
 def header_metadata(data: bytes) -> dict[str, str]:
@@ -76,22 +90,58 @@ def optimizer_parts(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor]
 
 def load_optimizer_parts(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor],
                          rest: dict[str, Any], where: str) -> None:
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        _, idx, name = key.split(".", 2)
-        state.setdefault(int(idx), {})[name] = value
-    for idx, values in rest.get("plain_state", {}).items():
-        state.setdefault(int(idx), {}).update(values)
+    """Stored optimizer state into ``opt``, checked first (``trainer.trust``): only AdamW's
+    known fields and state names, indices within the stored layout, moment tensors shaped
+    like their parameters. Every hyper-parameter is this run's.
+
+    Raises:
+        UntrustedInput: the state breaks the format (unknown field, maximize=True, ...).
+        CheckpointError: well-formed state for another parameter layout.
+    """
+    if not isinstance(rest, dict):
+        raise UntrustedInput(f"optimizer state at {where} is {type(rest).__name__}, not an "
+                             "object; delete it to start AdamW fresh")
     current = opt.state_dict()["param_groups"]
-    groups = rest["param_groups"]
+    groups = check_param_groups(rest.get("param_groups"), current, where)
     if [len(g["params"]) for g in groups] != [len(g["params"]) for g in current]:
         raise CheckpointError(f"optimizer state at {where} has a different parameter layout")
-    for old, new in zip(groups, current, strict=True):   # this run's hyper-parameters win
-        old.update({k: new[k] for k in ("lr", "weight_decay", "betas", "eps") if k in new})
+    # stored param id -> this run's parameter (load_state_dict maps them by position)
+    params = {i: p for g, live in zip(groups, opt.param_groups, strict=True)
+              for i, p in zip(g["params"], live["params"], strict=True)}
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        idx, name = _state_name(key, params, where)
+        if name != "step" and tuple(value.shape) != tuple(params[idx].shape):
+            raise CheckpointError(f"optimizer state at {where}: {key} has shape "
+                                  f"{list(value.shape)}, its parameter {list(params[idx].shape)}")
+        state.setdefault(idx, {})[name] = value
+    plain = rest.get("plain_state", {})
+    for sidx, values in (plain.items() if isinstance(plain, dict) else [("?", plain)]):
+        if not isinstance(values, dict):
+            raise UntrustedInput(f"optimizer state at {where}: plain_state[{sidx!r}] is not "
+                                 "an object")
+        for name, value in values.items():
+            idx, _ = _state_name(f"state.{sidx}.{name}", params, where)
+            if name != "step" or not isinstance(value, int | float) or not value >= 0:
+                raise UntrustedInput(f"optimizer state at {where}: plain_state[{sidx!r}]"
+                                     f"[{name!r}] = {value!r}; only a non-negative step count "
+                                     "is stored outside tensors")
+            state.setdefault(idx, {})[name] = value
     try:
         opt.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError) as exc:
         raise CheckpointError(f"optimizer state at {where} does not fit: {exc}") from exc
+
+
+def _state_name(key: str, params: dict[int, Any], where: str) -> tuple[int, str]:
+    """(param id, state name) of ``state.<id>.<name>``, both checked."""
+    parts = key.split(".", 2)
+    ok = len(parts) == 3 and parts[0] == "state" and parts[1].isdigit()
+    if not ok or int(parts[1]) not in params or parts[2] not in OPTIMIZER_STATE_NAMES:
+        raise UntrustedInput(f"optimizer state at {where}: entry {key[:80]!r} is not "
+                             f"state.<param id>.<{'|'.join(sorted(OPTIMIZER_STATE_NAMES))}> "
+                             "for a parameter of the stored layout")
+    return int(parts[1]), parts[2]
 
 
 def json_bytes(obj: Any) -> bytes:

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from shardline.core import layout
 from shardline.core.config import Config, config_to_dict
 from shardline.core.manifest import Manifest, resolve_version
 from shardline.core.store import ObjectStore
@@ -27,6 +28,7 @@ from shardline.trainer.parent import Start, resolve_start
 from shardline.trainer.plan import TrainPlan, make_plan
 from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.shard_reader import ShardReader
+from shardline.trainer.trust import check_entries
 
 # [train] settings that decide where bytes are cached, not what is learned
 _OPERATIONAL = ("cache_dir", "cache_max_gb", "fetch_threads")
@@ -59,10 +61,13 @@ def open_context(cfg: Config, store: ObjectStore, dataset_version: int | None,
 
     Raises:
         StoreError: the dataset version does not exist.
+        UntrustedInput: a shard entry of its manifest breaks ``trainer.trust``'s rules.
         NothingToTrain: the version adds nothing beyond the parent's dataset version.
     """
     t = cfg.train
     manifest = resolve_version(store, cfg.dataset.prefix, dataset_version)
+    check_entries(manifest.shards, cfg.dataset.prefix,
+                  store.uri(layout.version_key(cfg.dataset.prefix, manifest.version)))
     registry = ModelRegistry(store, cfg.dataset.name, t.model)
     spec = arch(t.model, t.width, t.depth, cfg.dataset.image.shape, len(cfg.dataset.classes))
     start = resolve_start(registry, spec)

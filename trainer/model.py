@@ -16,6 +16,11 @@ from torch import nn
 from shardline.core.errors import ConfigError
 
 MODELS = ("cnn", "resnet")
+# What a model may be built with (from the config or from a registry meta.json): a tampered
+# ``arch`` must not allocate without bound. The widest layer has width * 2**(depth-1)
+# channels; 4,096 is 8x ResNet-18's widest. Images up to 4,096 px a side, 1-4 channels.
+LIMITS = {"width": 1024, "depth": 8, "widest": 4096, "classes": 100_000, "side": 4096,
+          "channels": 4}
 
 
 class Normalize(nn.Module):
@@ -102,19 +107,46 @@ def arch(model: str, width: int, depth: int, shape: tuple[int, ...],
             "classes": classes}
 
 
+def arch_problem(spec: Any) -> str | None:
+    """Why ``spec`` cannot be built within :data:`LIMITS` (None when it can)."""
+    if not isinstance(spec, dict):
+        return f"arch is {type(spec).__name__}, not an object"
+    name, width, depth = spec.get("model"), spec.get("width", 0), spec.get("depth", 0)
+    shape, classes = spec.get("shape"), spec.get("classes", 0)
+    if name not in MODELS:
+        return f"model must be one of {list(MODELS)}, got {name!r}"
+    ints = [width, depth, classes, *(shape if isinstance(shape, list | tuple) else [])]
+    if not isinstance(shape, list | tuple) or len(shape) != 3 or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in ints):
+        return f"width, depth, classes and shape [H, W, C] must be integers, got {spec!r}"[:200]
+    h, w, c = shape
+    if not (0 < width <= LIMITS["width"] and 0 < depth <= LIMITS["depth"]
+            and width * 2 ** (depth - 1) <= LIMITS["widest"]):
+        return (f"width {width} and depth {depth} must be positive, at most "
+                f"{LIMITS['width']} and {LIMITS['depth']}, with width * 2**(depth-1) at most "
+                f"{LIMITS['widest']}")
+    if not (0 < classes <= LIMITS["classes"] and 0 < h <= LIMITS["side"]
+            and 0 < w <= LIMITS["side"] and 0 < c <= LIMITS["channels"]):
+        return (f"classes {classes} and shape {list(shape)} must be positive, at most "
+                f"{LIMITS['classes']} classes, {LIMITS['side']} px a side and "
+                f"{LIMITS['channels']} channels")
+    return None
+
+
 def build_model(spec: dict[str, Any]) -> nn.Module:
     """A fresh model from an :func:`arch` description.
 
     Raises:
-        ConfigError: unknown model name or non-positive width/depth.
+        ConfigError: unknown model name, or width/depth/classes/shape outside
+            :data:`LIMITS` (a registry's arch is checked with :func:`arch_problem` first).
     """
-    name, width, depth = spec["model"], int(spec["width"]), int(spec["depth"])
+    problem = arch_problem(spec)
+    if problem:
+        raise ConfigError(f"train: cannot build {spec.get('model')!r}: {problem}; change "
+                          "[train] (or [dataset.image]) within the limits")
     h, w, c = spec["shape"]
-    if name not in MODELS:
-        raise ConfigError(f"train.model must be one of {list(MODELS)}, got {name!r}")
-    if width <= 0 or depth <= 0:
-        raise ConfigError(f"train.width and train.depth must be positive, got {width=}, {depth=}")
-    if name == "cnn":
+    width, depth = spec["width"], spec["depth"]
+    if spec["model"] == "cnn":
         return SmallCNN(c, spec["classes"], width, depth)
     return ResNetStyle(c, spec["classes"], (h, w), width, depth)
 

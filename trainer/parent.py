@@ -15,8 +15,9 @@ import torch
 from torch import nn
 
 from shardline.trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
-from shardline.trainer.model import build_model
+from shardline.trainer.model import arch_problem, build_model
 from shardline.trainer.registry import ModelRegistry, Promoted
+from shardline.trainer.trust import UntrustedInput
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,13 @@ def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
         return Start(promoted, meta, False, None,
                      f"promoted model {promoted.number} has architecture {meta.get('arch')}, "
                      f"this run {spec}: training from scratch on all data")
-    return Start(promoted, meta, True, int(meta["dataset_version"]),
+    since = meta.get("dataset_version")
+    if isinstance(since, bool) or not isinstance(since, int) or since <= 0:
+        raise UntrustedInput(
+            f"{registry.uri(promoted.number)}meta.json: dataset_version = {since!r} is not a "
+            f"positive integer (model {promoted.number}); restore meta.json or point "
+            "promoted.json at another model number")
+    return Start(promoted, meta, True, since,
                  f"continuing from promoted model {promoted.number} (trained on dataset "
                  f"v{meta['dataset_version']})")
 
@@ -72,13 +79,20 @@ def promoted_model(registry: ModelRegistry, start: Start,
     there is none or it takes other inputs/classes than this dataset now has."""
     if start.promoted is None or start.parent_meta is None:
         return None
-    theirs = start.parent_meta.get("arch", {})
+    theirs = start.parent_meta.get("arch")
+    if not isinstance(theirs, dict):
+        theirs = {}
     if (theirs.get("shape"), theirs.get("classes")) != (spec["shape"], spec["classes"]):
         log.warning("promoted model %d takes %s images / %s classes, the dataset now has %s / "
                     "%s: it cannot be compared", start.promoted.number, theirs.get("shape"),
                     theirs.get("classes"), spec["shape"], spec["classes"])
         return None
-    model = build_model(start.parent_meta["arch"])
+    problem = arch_problem(theirs)
+    if problem:
+        raise UntrustedInput(f"{registry.uri(start.promoted.number)}meta.json: arch of model "
+                             f"{start.promoted.number} is refused: {problem}; restore "
+                             "meta.json or point promoted.json at another model number")
+    model = build_model(theirs)
     try:
         load_model_tensors(model, registry.weights(start.promoted.number),
                            registry.uri(start.promoted.number))

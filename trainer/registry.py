@@ -5,7 +5,8 @@
     models/<dataset>/<model>/<NNNNNN>/optimizer.safetensors
     models/<dataset>/<model>/<NNNNNN>/meta.json             written last: the model exists
     models/<dataset>/<model>/promoted.json                  {"version": N, ...}; CAS-updated
-    models/<dataset>/<model>/progress/<run key>/state.{safetensors,json}
+    models/<dataset>/<model>/progress/<run key>/step-<NNNNNNNNN>.safetensors
+                                                            in-progress state, one per save
 
 ``NNNNNN`` is the *model number* (1, 2, ...; never a dataset version). The stored field
 names keep their first spelling: ``"version"`` in promoted.json and ``"model_version"`` in
@@ -18,6 +19,7 @@ overwriting a newer decision.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -27,13 +29,16 @@ from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.manifest import now_iso
 from shardline.core.store import ObjectStore
 from shardline.trainer.checkpoint import (
+    CheckpointError,
     bytes_to_tensors,
     header_metadata,
     json_bytes,
     tensors_to_bytes,
 )
+from shardline.trainer.trust import UntrustedInput, model_number
 
 _NUM_RE = re.compile(r"/(\d{6})/$")
+_STEP_RE = re.compile(r"/step-(\d{9})\.safetensors$")
 
 
 @dataclass(frozen=True)
@@ -70,20 +75,42 @@ class ModelRegistry:
         return sorted(out)
 
     def promoted(self) -> Promoted | None:
+        """The pointer, checked: an object whose ``version`` is a positive integer.
+
+        Raises:
+            UntrustedInput: promoted.json is not such an object."""
         info = self.store.head(self.pointer_key)
         if info is None:
             return None
         pointer = self.store.get_json(self.pointer_key)
-        return Promoted(int(pointer["version"]), info.etag, pointer)
+        where = self.store.uri(self.pointer_key)
+        if not isinstance(pointer, dict):
+            raise UntrustedInput(f"{where} holds {type(pointer).__name__}, not an object; "
+                                 "rewrite it or delete it to train from scratch")
+        return Promoted(model_number(pointer.get("version"), where), info.etag, pointer)
 
     def meta(self, number: int) -> dict[str, Any]:
-        return dict(self.store.get_json(self.key(number, "meta.json")))
+        meta = self.store.get_json(self.key(number, "meta.json"))
+        if not isinstance(meta, dict):
+            raise UntrustedInput(f"{self.store.uri(self.key(number, 'meta.json'))} holds "
+                                 f"{type(meta).__name__}, not an object (model {number})")
+        return meta
 
     def weights(self, number: int) -> dict[str, Any]:
-        return bytes_to_tensors(self.store.get_bytes(self.key(number, "weights.safetensors")))
+        return self._tensors(number, "weights.safetensors")
 
     def optimizer(self, number: int) -> dict[str, Any]:
-        return bytes_to_tensors(self.store.get_bytes(self.key(number, "optimizer.safetensors")))
+        return self._tensors(number, "optimizer.safetensors")
+
+    def _tensors(self, number: int, name: str) -> dict[str, Any]:
+        key = self.key(number, name)
+        try:
+            return bytes_to_tensors(self.store.get_bytes(key))
+        except CheckpointError as exc:
+            raise UntrustedInput(f"model {number} of {self.prefix.removeprefix('models/')}: "
+                                 f"{self.store.uri(key)} is not a safetensors file ({exc}); "
+                                 "restore it, or point promoted.json at another model "
+                                 "number") from exc
 
     # -- writing ----------------------------------------------------------------------------
     def claim(self, run_id: str) -> int:
@@ -122,21 +149,48 @@ class ModelRegistry:
                                  content_type="application/json")
 
     # -- in-progress checkpoints ------------------------------------------------------------
-    # One object per save (tensors, with the JSON state in the safetensors header): a save
-    # is atomic, so a run killed while saving resumes from the previous save.
-    def progress_key(self, run_key: str) -> str:
-        return f"{self.prefix}/progress/{run_key}/state.safetensors"
+    # One object per save (tensors, with the JSON state in the safetensors header), named by
+    # its step: a save never overwrites another, so a resume takes the highest step there
+    # is, whatever order writes landed in (a second process with the same run key, e.g. one
+    # orphaned by a killed worker, cannot move it back by saving an older step later).
+    # Older saves are deleted only after a newer one is written.
+    def progress_prefix(self, run_key: str) -> str:
+        return f"{self.prefix}/progress/{run_key}/"
 
-    def save_progress(self, run_key: str, tensors: dict[str, Any], state: dict[str, Any]) -> None:
+    def progress_key(self, run_key: str, step: int) -> str:
+        return f"{self.progress_prefix(run_key)}step-{step:09d}.safetensors"
+
+    def progress_steps(self, run_key: str) -> list[int]:
+        """Steps with a saved state for ``run_key``, ascending."""
+        found = (_STEP_RE.search(o.key) for o in self.store.list(self.progress_prefix(run_key)))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def save_progress(self, run_key: str, step: int, tensors: dict[str, Any],
+                      state: dict[str, Any]) -> str:
+        """Write the state at ``step``, then drop older saves; returns the key."""
+        key = self.progress_key(run_key, step)
         data = tensors_to_bytes(tensors, {"state": json_bytes(state).decode()})
-        self.store.put_bytes(self.progress_key(run_key), data)
+        # ObjectExists: this step is saved already (same inputs, same step: same state)
+        with contextlib.suppress(ObjectExists):
+            self.store.put_bytes(key, data, if_none_match=True)
+        self.store.delete([self.progress_key(run_key, s) for s in self.progress_steps(run_key)
+                           if s < step])
+        return key
 
-    def load_progress(self, run_key: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(tensors, state) saved by an interrupted run with this key, or None."""
-        if self.store.head(self.progress_key(run_key)) is None:
+    def load_progress(self, run_key: str
+                      ) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+        """(key, tensors, state) of the highest-step save for ``run_key``, or None."""
+        steps = self.progress_steps(run_key)
+        if not steps:
             return None
-        data = self.store.get_bytes(self.progress_key(run_key))
-        return bytes_to_tensors(data), json.loads(header_metadata(data)["state"])
+        key = self.progress_key(run_key, steps[-1])
+        data = self.store.get_bytes(key)
+        try:
+            return key, bytes_to_tensors(data), json.loads(header_metadata(data)["state"])
+        except (CheckpointError, KeyError, ValueError) as exc:
+            raise UntrustedInput(f"in-progress state {self.store.uri(key)} cannot be read "
+                                 f"({exc}); delete it to restart the run from its "
+                                 "beginning") from exc
 
     def clear_progress(self, run_key: str) -> None:
-        self.store.delete([self.progress_key(run_key)])
+        self.store.delete([o.key for o in self.store.list(self.progress_prefix(run_key))])

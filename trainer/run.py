@@ -183,15 +183,15 @@ class _Trainer:
         tensors, rest = optimizer_parts(opt)
         blob = {**{f"model.{k}": v for k, v in model_tensors(model).items()},
                 **{f"opt.{k}": v for k, v in tensors.items()}}
-        self.ctx.registry.save_progress(self.ctx.run_key, blob, {
+        self.ctx.registry.save_progress(self.ctx.run_key, state.step, blob, {
             "loop": state.to_dict(), "loader": loader.state_dict(), "optimizer": rest,
             "before": before.to_dict() if before else None,
             "last_eval": self.last_eval.to_dict() if self.last_eval else None})
 
-    def _restore(self, model: torch.nn.Module, opt: torch.optim.Optimizer,
+    def _restore(self, model: torch.nn.Module, opt: torch.optim.Optimizer, key: str,
                  tensors: dict[str, torch.Tensor], saved: dict[str, Any]
                  ) -> tuple[LoopState, dict[str, Any], EvalResult | None]:
-        where = self.ctx.registry.progress_key(self.ctx.run_key)
+        where = self.ctx.store.uri(key)
         load_model_tensors(model, {k[6:]: v for k, v in tensors.items()
                                    if k.startswith("model.")}, where)
         load_optimizer_parts(opt, {k[4:]: v for k, v in tensors.items() if k.startswith("opt.")},

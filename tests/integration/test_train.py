@@ -136,3 +136,42 @@ def test_killed_run_resumes_with_the_same_samples_and_weights(
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert list(store.list(f"{reg.prefix}/progress/")) == []     # cleared after publishing
+
+
+def test_a_stale_save_of_an_older_step_never_moves_a_resume_back(
+        store: ObjectStore, store_settings: StoreSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 11 #9. A second process with the same run key (e.g. one orphaned by a killed
+    worker, or started twice) that saves an older step *after* the newest save must not
+    send the resume back: saves are per step, and a resume takes the highest."""
+    cfg = config(tmp_path, epochs=2)
+    opts = RunOptions(log_every=10, checkpoint_every=5)
+    twin = ObjectStore(dataclasses.replace(store_settings, bucket=f"t-{uuid.uuid4().hex[:12]}"))
+    twin.ensure_bucket()
+    for s in (store, twin):
+        publish_version(s, cfg.dataset, ORDER[:700])
+    seen_full: list[list[int]] = []
+    full = train(cfg, twin, options=opts,
+                 on_batch=lambda step, b: seen_full.append(b["key"].tolist()))
+
+    def crash_at(n: int):  # type: ignore[no-untyped-def]
+        def hook(step: int, b: dict) -> None:
+            if step == n:
+                raise Killed
+        return hook
+    with pytest.raises(Killed):                  # the newest save: step 10
+        train(cfg, store, options=opts, on_batch=crash_at(12))
+    with pytest.raises(Killed):                  # the late writer saves step 5 after it
+        train(cfg, store, options=dataclasses.replace(opts, resume=False),
+              on_batch=crash_at(7))
+    reg = ModelRegistry(store, "digits", "cnn")
+    (run_key,) = {o.key.split("/")[-2] for o in store.list(f"{reg.prefix}/progress/")}
+    assert reg.progress_steps(run_key) == [5, 10]
+
+    seen_resumed: list[list[int]] = []
+    resumed = train(cfg, store, options=opts,
+                    on_batch=lambda step, b: seen_resumed.append(b["key"].tolist()))
+    assert resumed.resumed_at_step == 10 and seen_resumed == seen_full[10:]
+    a, b = reg.weights(resumed.model_version), ModelRegistry(twin, "digits", "cnn").weights(
+        full.model_version)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert reg.progress_steps(run_key) == []
