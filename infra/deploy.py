@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shardline.core.config import StoreSettings, load_config
 from shardline.core.errors import ShardlineError
@@ -41,7 +42,7 @@ class DeploySpec:
     debounce_seconds: int = 5
 
 
-def _ensure_pool(client, name: str) -> None:  # type: ignore[no-untyped-def]
+def _ensure_pool(client: Any, name: str) -> None:
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.exceptions import ObjectAlreadyExists
 
@@ -49,7 +50,7 @@ def _ensure_pool(client, name: str) -> None:  # type: ignore[no-untyped-def]
         client.create_work_pool(WorkPoolCreate(name=name, type="process"))
 
 
-def _ensure_limit(client, name: str) -> None:  # type: ignore[no-untyped-def]
+def _ensure_limit(client: Any, name: str) -> None:
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists, PrefectHTTPStatusError
 
@@ -61,9 +62,11 @@ def save_credentials_block(store: StoreSettings) -> str:
     """Store the S3 credentials as a prefect-aws AwsCredentials block (secret fields)."""
     from prefect_aws import AwsCredentials
     from prefect_aws.client_parameters import AwsClientParameters
+    from pydantic import SecretStr
 
+    secret = SecretStr(store.secret_key) if store.secret_key is not None else None
     AwsCredentials(
-        aws_access_key_id=store.access_key, aws_secret_access_key=store.secret_key,
+        aws_access_key_id=store.access_key, aws_secret_access_key=secret,
         region_name=store.region,
         aws_client_parameters=AwsClientParameters(endpoint_url=store.endpoint_url),
     ).save(BLOCK_NAME, overwrite=True)
