@@ -58,11 +58,15 @@ def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
     """``t0``: monotonic time of the upload; ``since``: wall time of the upload (UTC)."""
     from shardline.cli.main import out
 
-    run = wait_for(f"the training run for version {version}",
-                   lambda: train_run(api, version, since), 120)
+    wait_for(f"the training run for version {version}",
+             lambda: train_run(api, version, since), 120)
     started = time.monotonic() - t0
-    run = wait_for("training to finish", lambda: (r := train_run(api, version, since)) and
-                   r["state_type"] in TERMINAL and r, 600)
+
+    def finished() -> dict[str, Any]:
+        r = train_run(api, version, since)
+        return r if r is not None and r["state_type"] in TERMINAL else {}
+
+    run = wait_for("training to finish", finished, 600)
     if run["state_type"] != "COMPLETED":
         out.print(f"[red]training run {run['name']} ended {run['state_type']}[/]")
         return

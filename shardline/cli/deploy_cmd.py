@@ -10,11 +10,12 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def deploy(
-        config: Path = typer.Option(..., "--config", "-c", exists=True, dir_okay=False,
-                                    help="dataset TOML"),
-        work_pool: str = typer.Option("shardline-process", help="pool for ingest runs"),
-        train_pool: str = typer.Option("shardline-process",
-                                       help="pool for training runs (a GPU pool in production)"),
+        config: str = typer.Option(..., "--config", "-c", help="dataset TOML"),
+        work_pool: str = typer.Option(None, help="pool for ingest runs (env "
+                                      "SHARDLINE_WORK_POOL, default shardline-process)"),
+        train_pool: str = typer.Option(None, help="pool for training runs, a GPU pool in "
+                                       "production (env SHARDLINE_TRAIN_POOL, default "
+                                       "shardline-process)"),
         cron: str = typer.Option("0 2 * * *", help="nightly ingest schedule (UTC)"),
         debounce: int = typer.Option(5, help="seconds a burst of uploads is gathered into "
                                              "one ingest run"),
@@ -23,20 +24,26 @@ def register(app: typer.Typer) -> None:
         `prefect deploy --all` (PREFECT_API_URL, or the embedded stack's server)."""
         import os
 
-        from shardline.cli.main import fail, out, use_stack_env
+        from shardline.cli import preflight
+        from shardline.cli.main import fail, out, prepare
         from shardline.core.config import StoreSettings
-        from shardline.core.errors import ShardlineError
+        from shardline.core.errors import ConfigError, ShardlineError
+        from shardline.core.settings import DeployEnv, read_env
         from shardline.infra.deploy import DeploySpec
         from shardline.infra.deploy import deploy as run_deploy
 
-        use_stack_env()
-        api = os.environ.get("PREFECT_API_URL")
-        if not api:
-            fail(ValueError("PREFECT_API_URL is not set and no stack is up; start one with "
-                            "`shardline up` or point PREFECT_API_URL at your server"), False)
+        prepare()
         try:
-            names = run_deploy(DeploySpec(config, api, work_pool, train_pool, cron, debounce),
+            preflight.config(config)
+            api = os.environ.get("PREFECT_API_URL")
+            if not api:
+                raise ConfigError("PREFECT_API_URL is not set and no stack is up; start one "
+                                  "with `shardline up` or point PREFECT_API_URL at your server")
+            preflight.prefect()
+            pools = read_env(DeployEnv)
+            names = run_deploy(DeploySpec(Path(config), api, work_pool or pools.work_pool,
+                                          train_pool or pools.train_pool, cron, debounce),
                                StoreSettings.from_env())
         except ShardlineError as exc:
             fail(exc, False)
-        out.print(f"deployed {', '.join(names)} to {api}")
+        out.print(f"deployed {', '.join(names)} to {api}", soft_wrap=True, markup=False)

@@ -1,39 +1,83 @@
 """The ``shardline`` command line.
 
 It sits on top of everything: it finds the embedded stack (when one is up under
-``SHARDLINE_HOME``) and fills in the environment the flows read, then runs flows through
-Prefect (the stack's server, or Prefect's ephemeral mode when no stack is up).
-Variables already set in the environment always win over the stack's.
+``SHARDLINE_HOME``) and fills in the environment the flows read, checks what a command
+needs before anything runs (config, bucket, dataset version, S3 / Prefect / Spark Connect
+answering: :mod:`shardline.cli.preflight`), then runs flows through Prefect (the stack's
+server, or Prefect's ephemeral mode when no stack is up). Variables already set in the
+environment always win over the stack's.
+
+Every error reaches the user as one line on stderr and a non-zero exit; ``--debug`` adds
+the traceback.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
+import sys
+import warnings
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from shardline import __version__
+from shardline.cli import preflight
+from shardline.cli.output import emit_json, err, fail, one_line, out, rows, set_debug
 from shardline.core.errors import ShardlineError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
-                  help="shardline: S3 uploads -> validated Arrow dataset versions -> training.")
-err = Console(stderr=True)
-out = Console()
-
-ConfigOpt = typer.Option(..., "--config", "-c", help="dataset TOML file", exists=True,
-                         dir_okay=False, readable=True)
+ConfigOpt = typer.Option(..., "--config", "-c", help="dataset TOML file")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
+
+__all__ = ["ConfigOpt", "JsonOpt", "app", "err", "fail", "out", "prepare", "use_stack_env"]
+
+
+class _App(typer.Typer):
+    """Typer, but an error that escapes a command prints one line, not a traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:  # the last line of defence: one line, exit 1
+            from shardline.cli.output import debug
+
+            if debug():
+                raise
+            err.print(f"[bold red]error:[/] {_escape(one_line(exc))}", soft_wrap=True)
+            sys.exit(1)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+app = _App(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+           help="shardline: S3 uploads -> validated Arrow dataset versions -> training.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"shardline {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+    debug: bool = typer.Option(False, "--debug", envvar="SHARDLINE_DEBUG",
+                               help="show tracebacks with errors"),
+) -> None:
+    """shardline: S3 uploads -> validated Arrow dataset versions -> training."""
+    set_debug(debug)
 
 
 def use_stack_env() -> dict[str, str] | None:
     """When an embedded stack is up, set its endpoints for variables not already set."""
-    from shardline.infra.stack import running_stack
-    from shardline.infra.stack_state import resolve_home, stack_env
+    from shardline.infra.stack_state import resolve_home, running_stack, stack_env
 
     state = running_stack(resolve_home())
     if state is None:
@@ -44,18 +88,14 @@ def use_stack_env() -> dict[str, str] | None:
     return env
 
 
-def _prepare() -> None:
+def prepare() -> None:
+    """Quiet third-party noise and pick up the embedded stack's endpoints."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")          # gRPC fork notices
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
     use_stack_env()
-
-
-def fail(exc: Exception, as_json: bool) -> None:
-    """Print a user error (no traceback) and exit 1."""
-    if as_json:
-        print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
-    err.print(f"[bold red]error:[/] {exc}")
-    raise typer.Exit(1)
 
 
 def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
@@ -66,22 +106,33 @@ def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
                     f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})", spinner="dots"):
         if quiet:
             logging.getLogger("prefect").setLevel(logging.WARNING)
-        return ingest_flow(config=str(config))
+        return dict(ingest_flow(config=str(config)))
+
+
+def check_ingest(config: str) -> None:
+    """Everything an ingest run needs, checked before its flow run is created."""
+    from shardline.core.config import StoreSettings
+
+    preflight.config(config)
+    preflight.s3(StoreSettings.from_env())
+    preflight.prefect()
+    preflight.spark()
 
 
 @app.command()
 def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """Ingest what is new under the dataset's incoming prefix (one Prefect flow run)."""
-    _prepare()
+    prepare()
     try:
+        check_ingest(config)
         result = run_ingest(config)
     except ShardlineError as exc:
         fail(exc, as_json)
     if as_json:
-        print(json.dumps(result))
+        emit_json(result)
         return
     if result["version"] is None:
-        out.print(f"[yellow]{result['message']}[/]")
+        out.print(f"[yellow]{_escape(result['message'])}[/]")
         return
     print_ingest(result)
 
@@ -91,47 +142,54 @@ def print_ingest(r: dict[str, Any]) -> None:
     rules = ", ".join(f"{k}: {v}" for k, v in r["quarantine_by_rule"].items()) or "none"
     out.print(f"[bold green]{r['dataset']}[/] {verb} [bold]version {r['version']}[/]: "
               f"{r['rows_published']} rows in {r['shards']} new shards, "
-              f"{r['rows_quarantined']} quarantined ({rules})\n  manifest {r['manifest']}")
+              f"{r['rows_quarantined']} quarantined ({_escape(rules)})\n"
+              f"  manifest {r['manifest']}", soft_wrap=True)
 
 
 @app.command()
 def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """List the dataset's versions with their counts (latest first)."""
-    _prepare()
-    from shardline.core.config import StoreSettings, load_config
-    from shardline.core.manifest import list_versions, read_manifest
+    prepare()
+    from shardline.api.versions import version_rows
+    from shardline.core.config import StoreSettings
     from shardline.core.store import ObjectStore
-    from shardline.flows.artifacts import versions_rows
 
     try:
-        cfg = load_config(config).dataset
+        cfg = preflight.config(config)
         store = ObjectStore(StoreSettings.from_env())
-        rows = versions_rows([read_manifest(store, cfg.prefix, v)
-                              for v in list_versions(store, cfg.prefix)])
+        preflight.s3(store.settings)
+        table = version_rows(store, cfg.dataset.prefix)
     except ShardlineError as exc:
         fail(exc, as_json)
     if as_json:
-        print(json.dumps({"dataset": cfg.name, "versions": rows}))
+        emit_json({"dataset": cfg.dataset.name, "versions": table})
         return
-    if not rows:
-        out.print(f"no versions of {cfg.name} yet under s3://{store.bucket}/{cfg.prefix}/")
-        return
-    table = Table(title=f"{cfg.name} versions (s3://{store.bucket}/{cfg.prefix}/)")
-    for col in rows[0]:
-        table.add_column(col, justify="right" if isinstance(rows[0][col], int) else "left")
-    for r in rows:
-        table.add_row(*(str(v) for v in r.values()))
-    out.print(table)
+    rows(table, title=f"{cfg.dataset.name} versions (s3://{store.bucket}/{cfg.dataset.prefix}/)",
+         empty=f"no versions of {cfg.dataset.name} yet under "
+               f"s3://{store.bucket}/{cfg.dataset.prefix}/")
 
 
 def _register_optional() -> None:
-    """Commands that live beside their own layer (stack, training, demo)."""
-    for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd"):
+    """Commands that live beside their own layer (stack, training, demo, data views)."""
+    for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd",
+                 "data_cmds", "config_cmd"):
         if importlib.util.find_spec(f"shardline.cli.{name}") is not None:
             importlib.import_module(f"shardline.cli.{name}").register(app)
 
 
+def _one_line_summaries() -> None:
+    """Command list summaries: the docstring's first sentence on one line (docstrings wrap
+    at 100 columns; the list would otherwise break them mid-sentence)."""
+    for info in app.registered_commands:
+        if info.short_help is None and info.callback is not None:
+            doc = (info.help or info.callback.__doc__ or "").strip().split("\n\n")[0]
+            text = " ".join(doc.split())
+            first = text.split(". ")[0].rstrip(".")
+            info.short_help = first + "." if first else None
+
+
 _register_optional()
+_one_line_summaries()
 
 
 def main() -> None:  # pragma: no cover - console entry

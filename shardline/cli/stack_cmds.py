@@ -8,16 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from shardline.cli.output import err, fail, is_tty, out
 from shardline.core.errors import ShardlineError
 from shardline.infra import stack
 from shardline.infra.snapshot import SnapshotSummary
 from shardline.infra.stack_state import StackConfig, StackState, resolve_home, stack_env
-
-out = Console()
-err = Console(stderr=True)
 
 HomeOpt = typer.Option(None, "--home", help="stack folder (logs, state, snapshot) "
                        "(env SHARDLINE_HOME, default ./.shardline)")
@@ -69,20 +67,35 @@ def _table(st: dict[str, Any]) -> Table:
     return table
 
 
+def _state_word(s: dict[str, Any]) -> str:
+    return ("healthy" if s["healthy"] else "not answering") if s["alive"] else "dead"
+
+
+def _endpoints(st: dict[str, Any]) -> list[tuple[str, str]]:
+    return [("S3 endpoint", st["s3_endpoint"]), ("bucket", st["bucket"]),
+            ("Prefect API", st["prefect_api_url"]), ("Prefect UI", st["prefect_ui_url"]),
+            ("Spark Connect", st["spark_remote"]), ("Prefect DB", str(st.get("database", "?")))]
+
+
 def _print_status(st: dict[str, Any]) -> None:
-    out.print(f"stack in [bold]{st['home']}[/] (started {st['started_at']}, phase "
-              f"{st['phase']})")
+    """A table on a terminal; in a pipe, tab-separated rows with every value in full."""
+    if not is_tty():
+        print(f"stack\t{st['home']}\tstarted {st['started_at']}\tphase {st['phase']}")
+        print("service\tstate\tpid\turl\tlog")
+        for name, s in st["services"].items():
+            print(f"{name}\t{_state_word(s)}\t{s['pid']}\t{s['url']}\t{s['log']}")
+        for label, value in _endpoints(st):
+            print(f"{label}\t{value}")
+        return
+    out.print(f"stack in [bold]{escape(str(st['home']))}[/] (started {st['started_at']}, "
+              f"phase {st['phase']})", soft_wrap=True)
     out.print(_table(st))
-    out.print(f"  S3 endpoint    {st['s3_endpoint']}  bucket [bold]{st['bucket']}[/]\n"
-              f"  Prefect API    {st['prefect_api_url']}\n"
-              f"  Prefect UI     {st['prefect_ui_url']}\n"
-              f"  Spark Connect  {st['spark_remote']}\n"
-              f"  Prefect DB     {st.get('database', '?')}")
+    for label, value in _endpoints(st):
+        out.print(f"  {label:<14} {escape(str(value))}", soft_wrap=True)
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False)
-    raise typer.Exit(1)
+    fail(exc)
 
 
 def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,

@@ -30,7 +30,23 @@ def _train(config: str, version: int | None, use_flow: bool) -> dict[str, Any]:
     return train(load_config(config), ObjectStore(StoreSettings.from_env()), version).to_dict()
 
 
+def check_train(config: str, version: int | None, use_flow: bool) -> None:
+    """What a training run needs, checked before its flow run is created: the config, S3
+    and the bucket, the dataset version, the Prefect API (for a flow run)."""
+    from shardline.cli import preflight
+    from shardline.core.config import StoreSettings
+
+    cfg = preflight.config(config)
+    settings = StoreSettings.from_env()
+    preflight.s3(settings)
+    preflight.dataset_versions(settings, cfg, version)
+    if use_flow:
+        preflight.prefect()
+
+
 def print_result(r: dict[str, Any]) -> None:
+    from rich.markup import escape
+
     from shardline.cli.main import out
 
     verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
@@ -38,7 +54,7 @@ def print_result(r: dict[str, Any]) -> None:
     after = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.4f}"
     out.print(f"[bold]{r['dataset']}[/] v{r['dataset_version']} -> model {r['model_version']} "
               f"(parent {r['parent_model_version']}): {verdict}\n"
-              f"  held-out accuracy {before} -> {after}; {r['decision']}\n"
+              f"  held-out accuracy {before} -> {after}; {escape(str(r['decision']))}\n"
               f"  {r['new_samples']} new + {r['replay_samples']} replay samples x {r['epochs']} "
               f"epochs; loader {r['loader_samples_per_s']:,.0f} samples/s, data wait "
               f"{100 * r['data_wait_share']:.1f} %\n  checkpoint {r['checkpoint']}")
@@ -54,8 +70,7 @@ def run_train_and_print(config: str, version: int | None = None) -> dict[str, An
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        config: str = typer.Option(..., "--config", "-c", help="dataset TOML file", exists=True,
-                                   dir_okay=False, readable=True),
+        config: str = typer.Option(..., "--config", "-c", help="dataset TOML file"),
         version: int = typer.Option(None, "--version", help="dataset version (default: latest)"),
         as_json: bool = typer.Option(False, "--json", help="print one JSON object on stdout"),
         use_flow: bool = typer.Option(True, "--flow/--no-flow",
@@ -63,11 +78,12 @@ def register(app: typer.Typer) -> None:
                                            "UI) or call the trainer directly"),
     ) -> None:
         """Train on a dataset version, continuing from the promoted model."""
-        from shardline.cli.main import _prepare, fail
+        from shardline.cli.main import fail, prepare
         from shardline.core.errors import ShardlineError
 
-        _prepare()
+        prepare()
         try:
+            check_train(config, version, use_flow)
             result = _train(config, version, use_flow)
         except ShardlineError as exc:
             fail(exc, as_json)

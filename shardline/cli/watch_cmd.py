@@ -114,7 +114,7 @@ def watch(sqs: str | None = SqsOpt, webhook: bool = WebhookOpt, poll: float | No
           api_url: str | None = ApiOpt, home: Path | None = HomeOpt,
           as_json: bool = JsonOpt) -> None:
     """Post an s3.object.created event to Prefect for every upload (one source at a time)."""
-    from shardline.cli.main import _prepare, err, fail
+    from shardline.cli.main import err, fail, prepare
 
     chosen = [name for name, on in (("--sqs", sqs), ("--webhook", webhook),
                                      ("--poll", poll is not None)) if on]
@@ -124,7 +124,7 @@ def watch(sqs: str | None = SqsOpt, webhook: bool = WebhookOpt, poll: float | No
     if once and webhook:
         fail(ShardlineError("--once applies to --sqs and --poll; use --max-events N with "
                             "--webhook"), as_json)
-    _prepare()
+    prepare()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise

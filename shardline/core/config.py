@@ -75,7 +75,7 @@ class ShardSpec:
     max_rows: Positive = 100_000
     record_batch_rows: Positive = 8192
     compression: Literal["lz4", "none"] = "none"
-    partition_by: tuple[Literal["batch", "label"], ...] = ("batch", "label")
+    partition_by: tuple[Literal["batch", "label"], ...] = ("batch",)
 
     @field_validator("partition_by")
     @classmethod

@@ -108,7 +108,7 @@ class ObjectStore:
         """A typed error naming the operation and object: transient (retry may fix) or
         permanent (wrong bucket, keys, missing object, ...)."""
         msg = f"{op} s3://{self.bucket}/{key} failed: {exc}"
-        code = error_code(exc) if isinstance(exc, ClientError) else ""
+        code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
         hint = HINTS.get(code, hint)
         if hint:
             msg += f"; {hint}"

@@ -26,6 +26,8 @@ HINTS = {
     "SignatureDoesNotMatch": "the secret key is wrong: check AWS_SECRET_ACCESS_KEY",
     "AccessDenied": "the credentials lack permission for this bucket/key",
     "403": "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY and permissions",
+    "NoCredentialsError": "no credentials: export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                          "(or start the embedded stack with `shardline up`)",
 }
 
 

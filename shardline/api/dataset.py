@@ -1,0 +1,274 @@
+"""Open any version of a dataset: Arrow, pandas, torch. Read-only.
+
+    import shardline
+    ds = shardline.open_dataset("digits")           # latest version; or version=3
+    table = ds.to_table()                            # pyarrow.Table (also .to_pandas())
+
+A version is read through its manifest: the exact shard files it lists, with the schema it
+records, so a reader never lists ``shards/`` and never infers hive partitions from folder
+names (a ``label=3`` folder would otherwise add a second, differently typed ``label``).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardline.api.access import arrow_filesystem, store_for
+from shardline.core.config import (
+    Config,
+    DatasetConfig,
+    StoreSettings,
+    TrainConfig,
+    load_config,
+)
+from shardline.core.errors import ConfigError
+from shardline.core.manifest import Manifest, ShardEntry, list_versions, resolve_version
+from shardline.core.schema import QUARANTINE_SCHEMA
+from shardline.core.store import ObjectStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow.dataset as pads
+
+DatasetRef = str | os.PathLike[str] | Config | DatasetConfig
+
+
+def _dataset_config(ref: DatasetRef) -> tuple[Config | DatasetConfig | None, str]:
+    """(config if known, key prefix) for a dataset name, TOML path or config object."""
+    if isinstance(ref, Config):
+        return ref, ref.dataset.prefix
+    if isinstance(ref, DatasetConfig):
+        return ref, ref.prefix
+    text = os.fspath(ref)
+    if text.endswith(".toml") or Path(text).is_file():
+        cfg = load_config(text)
+        return cfg, cfg.dataset.prefix
+    if not text or "/" in text.strip("/"):
+        raise ConfigError(f"dataset {text!r}: pass a dataset name (e.g. 'digits'), a TOML "
+                          "path or a Config; use root=... for another key prefix than 'lake'")
+    return None, text
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """What changed between two versions of a dataset (shards are immutable files)."""
+
+    dataset: str
+    from_version: int
+    to_version: int
+    added: list[ShardEntry]
+    removed: list[ShardEntry]
+    added_batches: list[str]
+    removed_batches: list[str]
+
+    @property
+    def rows_added(self) -> int:
+        return sum(s.rows for s in self.added)
+
+    @property
+    def rows_removed(self) -> int:
+        return sum(s.rows for s in self.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "from_version": self.from_version,
+                "to_version": self.to_version, "rows_added": self.rows_added,
+                "rows_removed": self.rows_removed, "added_batches": self.added_batches,
+                "removed_batches": self.removed_batches,
+                "shards_added": [s.path for s in self.added],
+                "shards_removed": [s.path for s in self.removed]}
+
+
+class Dataset:
+    """One committed version of a dataset (immutable), opened from its manifest."""
+
+    def __init__(self, store: ObjectStore, manifest: Manifest, prefix: str,
+                 config: Config | DatasetConfig | None = None) -> None:
+        self.store, self.manifest, self.prefix = store, manifest, prefix
+        self._given = config
+        self._config = config.dataset if isinstance(config, Config) else config
+        # [train] settings when opened from a whole config (the loader's holdout split)
+        self.train: TrainConfig | None = config.train if isinstance(config, Config) else None
+
+    def __repr__(self) -> str:
+        return (f"Dataset({self.name!r}, version={self.version}, rows={self.rows}, "
+                f"s3://{self.store.bucket}/{self.prefix}/)")
+
+    # -- what it is -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.manifest.dataset
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+    @property
+    def rows(self) -> int:
+        return self.manifest.rows
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.manifest.schema.classes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.manifest.schema.shape)
+
+    @cached_property
+    def schema(self) -> pa.Schema:
+        """The row schema the version records (``label`` int16, ``image`` fixed-size bytes)."""
+        info = self.manifest.schema
+        if info.ipc_b64:
+            return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(info.ipc_b64)))
+        from shardline.core.schema import data_schema
+
+        return data_schema(self.config)
+
+    @cached_property
+    def config(self) -> DatasetConfig:
+        """The dataset's configuration as published with the version."""
+        if self._config is not None:
+            return self._config
+        from pydantic import TypeAdapter, ValidationError
+
+        try:
+            return TypeAdapter(DatasetConfig).validate_python(self.manifest.config)
+        except ValidationError:   # older keys: rebuild what readers need from the schema
+            return DatasetConfig(name=self.name, incoming="incoming/", classes=tuple(
+                self.classes), root=self.prefix.rsplit("/", 1)[0],
+                image={"shape": self.shape})  # type: ignore[arg-type]
+
+    # -- Arrow / pandas ---------------------------------------------------------------------
+    def shards(self, new_only: bool = False) -> list[ShardEntry]:
+        """The version's shard entries (``new_only``: those its own batch added)."""
+        return self.manifest.new() if new_only else list(self.manifest.shards)
+
+    def files(self, new_only: bool = False) -> list[str]:
+        """``bucket/key`` paths of the shard files (for ``pyarrow.fs``)."""
+        return [f"{self.store.bucket}/{s.path}" for s in self.shards(new_only)]
+
+    def to_dataset(self, new_only: bool = False,
+                   shards: list[ShardEntry] | None = None) -> pads.Dataset:
+        """A ``pyarrow.dataset`` over exactly the listed files, with the recorded schema."""
+        import pyarrow.dataset as pads
+
+        paths = ([f"{self.store.bucket}/{s.path}" for s in shards] if shards is not None
+                 else self.files(new_only))
+        return pads.dataset(paths, schema=self.schema, format="ipc",
+                            filesystem=arrow_filesystem(self.store.settings))
+
+    def to_table(self, columns: list[str] | None = None, filter: Any = None,
+                 new_only: bool = False) -> pa.Table:
+        """The rows as one ``pyarrow.Table`` (``filter``: a ``pyarrow.compute`` expression)."""
+        if not self.shards(new_only):
+            return self.schema.empty_table().select(columns or self.schema.names)
+        return self.to_dataset(new_only).to_table(columns=columns, filter=filter)
+
+    def to_pandas(self, columns: list[str] | None = None, new_only: bool = False,
+                  label_names: bool = False) -> pd.DataFrame:
+        """The rows as a DataFrame; ``label_names`` adds a ``class`` column with names."""
+        df = self.to_table(columns, new_only=new_only).to_pandas()
+        if label_names and "label" in df:
+            df["class"] = np.asarray(self.classes, dtype=object)[df["label"].to_numpy()]
+        return df
+
+    def images(self, table: pa.Table) -> np.ndarray:
+        """The ``image`` column of ``table`` as uint8 ``[N, H, W, C]``."""
+        col = table.column(self.config.image.column).combine_chunks()
+        flat = np.frombuffer(col.buffers()[1], np.uint8, count=len(col) * int(np.prod(
+            self.shape)), offset=col.offset * int(np.prod(self.shape)))
+        return flat.reshape(len(col), *self.shape)
+
+    # -- quarantine, history ----------------------------------------------------------------
+    def quarantine(self, all_batches: bool = False) -> pa.Table:
+        """Rows rejected by the version's batch (``all_batches``: by every live batch), with
+        ``source_key``, ``source_row``, ``id``, ``label``, ``rule``, ``message``, ``raw``."""
+        shards = self.manifest.quarantine.shards
+        if not all_batches:
+            own = self.manifest.new_batch
+            shards = [s for s in shards if own is not None and s.batch == own.id]
+        if not shards:
+            return QUARANTINE_SCHEMA.empty_table()
+        import pyarrow.dataset as pads
+
+        return pads.dataset([f"{self.store.bucket}/{s.path}" for s in shards],
+                            schema=QUARANTINE_SCHEMA, format="ipc",
+                            filesystem=arrow_filesystem(self.store.settings)).to_table()
+
+    def versions(self) -> list[int]:
+        return list_versions(self.store, self.prefix)
+
+    def diff(self, other: int | Dataset) -> VersionDiff:
+        """What ``other`` (a version number or Dataset) changed relative to this version."""
+        that = other if isinstance(other, Dataset) else Dataset(
+            self.store, resolve_version(self.store, self.prefix, other), self.prefix,
+            self._given)
+        mine = {s.path: s for s in self.manifest.shards}
+        theirs = {s.path: s for s in that.manifest.shards}
+        my_batches = {b.id for b in self.manifest.batches}
+        their_batches = {b.id for b in that.manifest.batches}
+        return VersionDiff(
+            self.name, self.version, that.version,
+            added=[s for p, s in theirs.items() if p not in mine],
+            removed=[s for p, s in mine.items() if p not in theirs],
+            added_batches=[b.id for b in that.manifest.batches if b.id not in my_batches],
+            removed_batches=[b.id for b in self.manifest.batches if b.id not in their_batches])
+
+    # -- torch ------------------------------------------------------------------------------
+    def torch_loader(self, batch_size: int = 256, **kwargs: Any) -> Any:
+        """A torchdata ``Loader`` of ``{"image", "label", "key", ...}`` batches, built on the
+        trainer's loader (windowed shuffle, resume through ``state_dict``, ranks).
+
+        See :func:`shardline.api.torch_data.make_loader` for the arguments."""
+        from shardline.api.torch_data import make_loader
+
+        return make_loader(self, batch_size, **kwargs)
+
+    def torch_dataset(self, batch_size: int = 256, **kwargs: Any) -> Any:
+        """A ``torch.utils.data.IterableDataset`` of batches (use ``DataLoader(ds,
+        batch_size=None)``); same arguments as :meth:`torch_loader`."""
+        from shardline.api.torch_data import BatchIterable
+
+        return BatchIterable(self, batch_size, kwargs)
+
+
+def open_dataset(dataset: DatasetRef, version: int | None = None, *,
+                 store: ObjectStore | StoreSettings | None = None, bucket: str | None = None,
+                 endpoint_url: str | None = None, root: str = "lake",
+                 **settings: Any) -> Dataset:
+    """Open ``version`` (default: the latest) of ``dataset`` (a name, TOML path or config).
+
+    Where: ``store`` or ``bucket``/``endpoint_url`` (and any other ``StoreSettings`` field:
+    ``access_key``, ``secret_key``, ``region``), else ``SHARDLINE_BUCKET`` /
+    ``SHARDLINE_S3_ENDPOINT_URL`` / ``AWS_*``, else the running embedded stack.
+
+    Raises:
+        ConfigError: no bucket is configured anywhere.
+        StoreError: no such version (the message lists the known ones), S3 unreachable.
+    """
+    cfg, prefix = _dataset_config(dataset)
+    if cfg is None:
+        prefix = f"{root.strip('/')}/{prefix.strip('/')}"
+    s = store_for(store, bucket=bucket, endpoint_url=endpoint_url, **settings)
+    return Dataset(s, resolve_version(s, prefix, version), prefix, cfg)
+
+
+def list_dataset_versions(dataset: DatasetRef, *, store: ObjectStore | StoreSettings | None = None,
+                          bucket: str | None = None, endpoint_url: str | None = None,
+                          root: str = "lake", **settings: Any) -> list[dict[str, Any]]:
+    """One row per committed version, latest first (counts from the version documents)."""
+    from shardline.api.versions import version_rows
+
+    cfg, prefix = _dataset_config(dataset)
+    if cfg is None:
+        prefix = f"{root.strip('/')}/{prefix.strip('/')}"
+    return version_rows(store_for(store, bucket=bucket, endpoint_url=endpoint_url,
+                                  **settings), prefix)

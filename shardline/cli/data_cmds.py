@@ -1,0 +1,124 @@
+"""``shardline models``, ``quarantine``, ``diff``: read-only views of the registry and versions.
+
+All three read the bucket only (manifests, quarantine shards, ``models/.../meta.json`` and
+``promoted.json``) and never start a flow run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from shardline.cli.main import ConfigOpt, JsonOpt, prepare
+from shardline.cli.output import emit_json, fail, line, rows
+from shardline.core.errors import ShardlineError
+
+ModelOpt = typer.Option(None, "--model", help="model architecture (default: [train] model)")
+LimitOpt = typer.Option(50, "--limit", min=0, help="rows to print (0 = all)")
+AllOpt = typer.Option(False, "--all", help="every live batch's rejects, not only the "
+                      "version's own batch")
+
+
+def _store() -> Any:
+    from shardline.core.config import StoreSettings
+    from shardline.core.store import ObjectStore
+
+    return ObjectStore(StoreSettings.from_env())
+
+
+def _open(config: str, version: int | None) -> Any:
+    from shardline.api.dataset import open_dataset
+    from shardline.cli import preflight
+
+    cfg = preflight.config(config)
+    store = _store()
+    preflight.s3(store.settings)
+    preflight.dataset_versions(store.settings, cfg, version)
+    return cfg, open_dataset(cfg, version, store=store)
+
+
+def models(config: str = ConfigOpt, model: str | None = ModelOpt,
+           as_json: bool = JsonOpt) -> None:
+    """Every model in the registry: dataset version, held-out accuracy (overall, on the
+    run's new data, on earlier data), gate decision, and which one is promoted."""
+    prepare()
+    from shardline.api.models import model_rows
+    from shardline.cli import preflight
+
+    try:
+        cfg = preflight.config(config)
+        store = _store()
+        preflight.s3(store.settings)
+        arch = model or cfg.train.model
+        table = model_rows(store, cfg.dataset.name, arch)
+    except ShardlineError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json({"dataset": cfg.dataset.name, "model": arch, "models": table})
+        return
+    cols = ["model", "status", "dataset_version", "parent", "accuracy", "accuracy_new",
+            "accuracy_earlier", "gate", "promoted", "created"]
+    rows([{**r, "promoted": "yes" if r["promoted"] else ""} for r in table],
+         title=f"{cfg.dataset.name} / {arch} models (s3://{store.bucket}/models/"
+               f"{cfg.dataset.name}/{arch}/)", columns=cols,
+         empty=f"no {arch} models of {cfg.dataset.name} yet; run `shardline train -c {config}`")
+
+
+def quarantine(config: str = ConfigOpt,
+               version: int = typer.Option(None, "--version", help="dataset version "
+                                           "(default: latest)"),
+               all_batches: bool = AllOpt, limit: int = LimitOpt, as_json: bool = JsonOpt
+               ) -> None:
+    """Rows a version rejected: object key, row, rule broken, message, and an excerpt."""
+    prepare()
+    try:
+        _, ds = _open(config, version)
+        table = ds.quarantine(all_batches=all_batches)
+    except ShardlineError as exc:
+        fail(exc, as_json)
+    records = [{"key": r["source_key"], "row": r["source_row"], "id": r["id"],
+                "rule": r["rule"], "message": r["message"], "excerpt": _excerpt(r["raw"])}
+               for r in table.to_pylist()]
+    if as_json:
+        emit_json({"dataset": ds.name, "version": ds.version, "rows": records})
+        return
+    shown = records if limit == 0 else records[:limit]
+    rows(shown, title=f"{ds.name} v{ds.version}: {len(records)} quarantined row(s)",
+         empty=f"{ds.name} v{ds.version} quarantined nothing")
+    if len(shown) < len(records):
+        line(f"... {len(records) - len(shown)} more (--limit 0 shows all, --json for data)")
+
+
+def _excerpt(raw: bytes | None, width: int = 60) -> str:
+    if not raw:
+        return ""
+    text = raw[:width * 4].decode("utf-8", "replace")
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def diff(config: str = ConfigOpt,
+         from_version: int = typer.Argument(..., help="older version"),
+         to_version: int = typer.Argument(None, help="newer version (default: latest)"),
+         as_json: bool = JsonOpt) -> None:
+    """What changed between two versions: batches and shards added or removed, rows."""
+    prepare()
+    try:
+        _, old = _open(config, from_version)
+        result = old.diff(to_version if to_version is not None else max(old.versions()))
+    except ShardlineError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(result.to_dict())
+        return
+    line(f"{result.dataset} v{result.from_version} -> v{result.to_version}: "
+         f"+{result.rows_added} rows in {len(result.added)} shard(s) "
+         f"({len(result.added_batches)} batch(es)), -{result.rows_removed} rows in "
+         f"{len(result.removed)} shard(s) ({len(result.removed_batches)} batch(es))")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models")(models)
+    app.command("quarantine")(quarantine)
+    app.command("diff")(diff)
