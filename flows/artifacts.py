@@ -34,9 +34,11 @@ def versions_rows(manifests: list[Manifest]) -> list[dict[str, Any]]:
     rows = []
     for m in sorted(manifests, key=lambda m: -m.version):
         rows.append({
-            "version": m.version, "created": m.created_at, "batch": m.batches[-1].id,
-            "new rows": m.new_rows, "new shards": len(m.new_shards), "total rows": m.rows,
-            "total shards": len(m.shards), "size": human_bytes(m.bytes),
+            # counts from the version document alone (no batch-list reads)
+            "version": m.version, "created": m.created_at,
+            "batch": m.new_batch.id if m.new_batch else "",
+            "new rows": m.new_rows, "new shards": m.new_shard_count, "total rows": m.rows,
+            "total shards": m.totals.shards, "size": human_bytes(m.bytes),
             "quarantined": m.quarantine.get("rows", 0),
             "validation": "passed" if m.validation.get("success") else "failed",
         })

@@ -1,11 +1,12 @@
-"""Publish: staged shards -> immutable keys -> the manifest, committed with If-None-Match: *.
+"""Publish: staged shards -> immutable keys -> a version, committed with If-None-Match: *.
 
 Order is what makes it safe:
 1. copy staged shards (server-side) to final keys that carry this run's id, so two
    publishers of the same batch never write the same key;
 2. write the batch's id index (the ids later batches are checked against);
-3. commit ``versions/v<N+1>.json`` with ``If-None-Match: *``. The version exists from this
-   moment, and only now; every shard it names is already in place.
+3. build the version (``shardline.core.builder``: the batch's shard list, a checkpoint when
+   one is due) and commit ``versions/v<N+1>.json`` with ``If-None-Match: *`` after the
+   objects it references. The version exists from that moment, and only then.
 On a lost race (HTTP 412) the publisher re-reads the latest version: if its batch is in it,
 someone published the same uploads and this run returns that version (deleting its own
 copies); otherwise it rebases onto the new latest and tries the next number. Finally the
@@ -14,36 +15,19 @@ claim ledger is written and the staging folder removed.
 
 from __future__ import annotations
 
-import base64
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
+from shardline.core import layout
+from shardline.core.builder import NewBatch, build_version, commit_version
 from shardline.core.config import DatasetConfig, config_to_dict
 from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
-from shardline.core.manifest import (
-    BatchEntry,
-    Manifest,
-    ShardEntry,
-    SourceEntry,
-    code_version,
-    commit_manifest,
-    latest_manifest,
-    now_iso,
-    read_manifest,
-)
-from shardline.core.schema import (
-    data_schema,
-    describe,
-    fingerprint,
-    ids_key,
-    quarantine_key,
-    shard_key,
-    staging_prefix,
-    version_key,
-)
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary
+from shardline.core.schema import schema_info
 from shardline.core.store import ObjectStore
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
@@ -74,10 +58,10 @@ def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
     for s in conv.data_shards:
         n = parts[s.label] = parts.get(s.label, -1) + 1
         part = {"batch": bid} | ({"label": str(s.label)} if s.label is not None else {})
-        data.append((s.path, _entry(shard_key(cfg.prefix, bid, s.label, n, run), s, bid, part,
-                                    cfg.shards.compression)))
+        key = layout.shard_key(cfg.prefix, bid, s.label, n, run)
+        data.append((s.path, _entry(key, s, bid, part, cfg.shards.compression)))
     quarantine = [
-        (s.path, _entry(quarantine_key(cfg.prefix, bid, i, run), s, bid, {"batch": bid},
+        (s.path, _entry(layout.quarantine_key(cfg.prefix, bid, i, run), s, bid, {"batch": bid},
                         cfg.shards.compression))
         for i, s in enumerate(conv.quarantine_shards)
     ]
@@ -87,7 +71,8 @@ def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
 def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str) -> ShardEntry:
     stats = {} if s.label_min is None else {"label": {"min": s.label_min, "max": s.label_max}}
     return ShardEntry(path=path, rows=s.rows, bytes=s.bytes, sha256=s.sha256, batch=bid,
-                      partition=part, stats=stats, compression=comp, xxh3_128=s.xxh3_128)
+                      partition=part, stats=stats, compression=comp, xxh3_128=s.xxh3_128,
+                      label_counts=dict(s.label_counts))
 
 
 def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:
@@ -113,42 +98,12 @@ def _check_rebase(store: ObjectStore, conv: Converted, latest: Manifest | None) 
         )
 
 
-def _manifest(cfg: DatasetConfig, conv: Converted, report: ValidationReport,
-              latest: Manifest | None, data: list[ShardEntry], quarantine: list[ShardEntry],
-              ids_path: str) -> Manifest:
-    schema = data_schema(cfg)
-    fp = fingerprint(schema)
-    if latest is not None and latest.schema["fingerprint"] != fp:
-        raise PublishConflict(
-            f"dataset {cfg.name}: the configured schema (shape {list(cfg.image.shape)}, "
-            f"{len(cfg.classes)} classes, fingerprint {fp}) differs from version "
-            f"{latest.version}'s ({latest.schema['shape']}, {len(latest.schema['classes'])} "
-            f"classes, {latest.schema['fingerprint']}); use a new dataset name for a new schema"
-        )
-    version = 1 if latest is None else latest.version + 1
-    batch = BatchEntry(id=conv.batch.id, version=version, rows=conv.rows_ok,
-                       quarantined=conv.rows_quarantined, ids_path=ids_path,
-                       sources=len(conv.batch.sources))
-    q_total = (latest.quarantine.get("total_rows", 0) if latest else 0) + conv.rows_quarantined
-    return Manifest(
-        dataset=cfg.name, version=version, parent=None if latest is None else latest.version,
-        created_at=now_iso(),
-        schema={"fingerprint": fp, "fields": describe(schema), "shape": list(cfg.image.shape),
-                "classes": list(cfg.classes),
-                "ipc_b64": base64.b64encode(schema.serialize().to_pybytes()).decode()},
-        shards=(latest.shards if latest else []) + data,
-        new_shards=[s.path for s in data],
-        batches=(latest.batches if latest else []) + [batch],
-        sources=[SourceEntry(s.key, s.etag, s.size, s.format) for s in conv.batch.sources],
-        validation=report.summary(),
-        # "shards" is cumulative (every batch's quarantine files, each with its batch id);
-        # rows and by_rule describe this version's batch.
-        quarantine={"rows": conv.rows_quarantined, "by_rule": conv.by_rule,
-                    "total_rows": q_total,
-                    "shards": (list(latest.quarantine["shards"]) if latest else []) + quarantine},
-        code_version=code_version(),
-        config=config_to_dict(cfg),
-    )
+def _new_batch(cfg: DatasetConfig, conv: Converted, data: list[ShardEntry],
+               quarantine: list[ShardEntry], ids_path: str) -> NewBatch:
+    return NewBatch(id=conv.batch.id, run=conv.run_id, shards=data, ids_path=ids_path,
+                    quarantine_shards=quarantine, by_rule=conv.by_rule,
+                    sources=[SourceEntry(s.key, s.etag, s.size, s.format)
+                             for s in conv.batch.sources])
 
 
 def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
@@ -157,7 +112,10 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
     if not report.success:
         raise ShardlineError(f"batch {conv.batch.id} did not pass validation; not publishing")
     data, quarantine = _entries(store, cfg, conv)
-    ids_path = ids_key(cfg.prefix, conv.batch.id, conv.run_id)
+    ids_path = layout.ids_key(cfg.prefix, conv.batch.id, conv.run_id)
+    batch = _new_batch(cfg, conv, [e for _, e in data], [e for _, e in quarantine], ids_path)
+    schema, config = schema_info(cfg), config_to_dict(cfg)
+    validation = ValidationSummary.from_dict(report.summary(), f"batch {conv.batch.id}")
     copied: list[str] = []
     for attempt in range(max_attempts):
         latest = latest_manifest(store, cfg.prefix)
@@ -175,13 +133,14 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])
             write_ids(store, ids_path, conv.published_ids())
             copied = [e.path for _, e in data + quarantine] + [ids_path]
-        m = _manifest(cfg, conv, report, latest, [e for _, e in data],
-                      [e for _, e in quarantine], ids_path)
+        draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
+                              parent=latest, batch=batch, validation=validation)
+        copied += draft.run_objects
         try:
-            commit_manifest(store, cfg.prefix, m)
+            m = commit_version(store, draft)
         except ObjectExists:
             log.info("version %d was taken by a concurrent publisher (attempt %d); retrying",
-                     m.version, attempt + 1)
+                     draft.doc.version, attempt + 1)
             continue
         log.info("published %s version %d: %d new rows in %d shards (%d rows total)",
                  cfg.name, m.version, m.new_rows, len(m.new_shards), m.rows)
@@ -194,15 +153,13 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
 
 def _result(store: ObjectStore, cfg: DatasetConfig, m: Manifest, created: bool) -> Published:
     new = m.new()
-    return Published(version=m.version, manifest=store.uri(version_key(cfg.prefix, m.version)),
-                     created=created, new_shards=new,
-                     quarantine_shards=[q for q in m.quarantine.get("shards", [])
-                                        if q.batch == m.batches[-1].id],
+    return Published(version=m.version,
+                     manifest=store.uri(layout.version_key(cfg.prefix, m.version)),
+                     created=created, new_shards=new, quarantine_shards=m.new_quarantine(),
                      rows_published=sum(s.rows for s in new),
-                     rows_quarantined=int(m.quarantine.get("rows", 0)),
-                     bytes=sum(s.bytes for s in new))
+                     rows_quarantined=m.quarantine.rows, bytes=sum(s.bytes for s in new))
 
 
 def _drop_staging(store: ObjectStore, cfg: DatasetConfig, run_id: str) -> None:
-    stage = staging_prefix(cfg.prefix, run_id)
+    stage = layout.staging_prefix(cfg.prefix, run_id)
     store.delete(o.key for o in store.list(stage))

@@ -18,7 +18,6 @@ batch, the schema and config inline. It loads through the same class.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
@@ -26,11 +25,12 @@ from typing import Any
 
 from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
+from shardline.core.format1 import commit_manifest, legacy_doc
 from shardline.core.parts import (
     BatchEntry,
     BatchListRef,
-    DictAccess,
     QuarantineSummary,
+    QuarantineView,
     SchemaInfo,
     ShardEntry,
     SourceEntry,
@@ -45,26 +45,13 @@ from shardline.core.version_doc import READABLE_FORMATS, BatchList, Checkpoint, 
 Getter = Callable[[str], bytes]
 
 
-class QuarantineView(DictAccess):
-    """A version's quarantine: counts from the document, shard entries read on first use."""
-
-    def __init__(self, summary: QuarantineSummary, shards: Callable[[], list[ShardEntry]]):
-        self.rows, self.by_rule, self.total_rows = summary.rows, summary.by_rule, summary.total_rows
-        self._shards = shards
-
-    @cached_property
-    def shards(self) -> list[ShardEntry]:
-        """Every live quarantine shard (all batches), each with its batch id."""
-        return self._shards()
-
-
 class Manifest:
     """A dataset version as readers see it (format 1 or 2)."""
 
     def __init__(self, doc: dict[str, Any] | None = None, get: Getter | None = None,
                  key: str = "manifest", **legacy: Any):
         if doc is None:
-            doc = _legacy_doc(legacy)
+            doc = legacy_doc(legacy)
         fmt = doc.get("format")
         if fmt not in READABLE_FORMATS:
             raise StoreError(f"{key} has format {fmt!r}; this shardline reads formats "
@@ -129,6 +116,14 @@ class Manifest:
             ref = self.doc.own_ref
             return ref.rows if ref else 0
         return sum(s.rows for s in self.new())
+
+    @property
+    def new_shard_count(self) -> int:
+        """How many data shards this version added (no batch-list read)."""
+        if self.doc:
+            ref = self.doc.own_ref
+            return ref.shards if ref else 0
+        return len(self.raw.get("new_shards", []))
 
     @cached_property
     def quarantine(self) -> QuarantineView:
@@ -251,32 +246,6 @@ class Manifest:
 
 def _no_getter(key: str) -> bytes:
     raise StoreError(f"{key}: this manifest was opened without a way to read objects")
-
-
-def _legacy_doc(fields: dict[str, Any]) -> dict[str, Any]:
-    """A format-1 document from the keyword fields the format-1 ``Manifest`` dataclass took
-    (transitional: for writers not yet moved to ``shardline.core.builder``)."""
-    def plain(v: Any) -> Any:
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            return dataclasses.asdict(v)
-        if isinstance(v, list):
-            return [plain(x) for x in v]
-        if isinstance(v, dict):
-            return {k: plain(x) for k, x in v.items()}
-        return v
-    return {"config": {}, "format": 1, **{k: plain(v) for k, v in fields.items()}}
-
-
-def commit_manifest(store: ObjectStore, prefix: str, manifest: Manifest) -> str:
-    """Commit a format-1 document with If-None-Match: * (for tests of old manifests;
-    ingest commits format 2 through ``shardline.core.builder.commit_version``).
-
-    Raises:
-        ObjectExists: another publisher already committed this version number.
-    """
-    key = layout.version_key(prefix, manifest.version)
-    store.put_json(key, manifest.to_dict(), if_none_match=True)
-    return key
 
 
 def list_versions(store: ObjectStore, prefix: str) -> list[int]:

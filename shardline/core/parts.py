@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypeVar
 
 import xxhash
@@ -225,6 +227,19 @@ class CheckpointRef:
     @classmethod
     def from_dict(cls, d: Any, where: str = "checkpoint reference") -> CheckpointRef:
         return from_dict(cls, d, where)
+
+
+class QuarantineView(DictAccess):
+    """A version's quarantine: counts from the document, shard entries read on first use."""
+
+    def __init__(self, summary: QuarantineSummary, shards: Callable[[], list[ShardEntry]]):
+        self.rows, self.by_rule, self.total_rows = summary.rows, summary.by_rule, summary.total_rows
+        self._shards = shards
+
+    @cached_property
+    def shards(self) -> list[ShardEntry]:
+        """Every live quarantine shard (all batches), each with its batch id."""
+        return self._shards()
 
 
 def to_dict(part: Any) -> dict[str, Any]:

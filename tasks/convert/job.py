@@ -14,6 +14,7 @@ published.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -50,6 +51,7 @@ META_SCHEMA = pa.schema(
         ("xxh3_128", pa.string()),
         ("label_min", pa.int16()),
         ("label_max", pa.int16()),
+        ("label_counts", pa.string()),  # shard: JSON {label index: rows}
     ]
 )
 _DDL_TYPES = {pa.string(): "string", pa.int16(): "smallint", pa.int64(): "bigint"}
@@ -151,5 +153,5 @@ def _metadata(writer: DataShardWriter, bad: list[dict], written: list[WrittenSha
     for s in written:
         row(kind="shard", status=s.kind, label=s.label, shard=s.path, shard_row=s.rows,
             bytes=s.bytes, sha256=s.sha256, xxh3_128=s.xxh3_128, label_min=s.label_min,
-            label_max=s.label_max)
+            label_max=s.label_max, label_counts=json.dumps(s.label_counts))
     return pa.RecordBatch.from_pydict(cols, schema=META_SCHEMA)

@@ -4,6 +4,14 @@ A shard is built in memory (``pa.BufferOutputStream``), hashed, and written with
 its digests and size are known exactly and a half-written shard never exists under a key.
 Pixels are appended to one ``bytearray`` per partition and become a ``fixed_size_binary``
 column without per-row Arrow objects.
+
+Layout (``dataset.shards.partition_by``): by batch only (the default), a task's rows fill
+shards of about ``target_mb`` that hold many labels, rows grouped (stably sorted) by label
+inside each shard, with per-shard label counts for the manifest. To keep tails from becoming
+small files, the writer holds up to two shards' worth of rows and, at the end, splits what is
+left over one shard into two halves: no shard is below half the target unless the task's
+rows are fewer. Partitioned by batch and label, a shard holds one label (a file per label
+per task at least: for many classes, many small files).
 """
 
 from __future__ import annotations
@@ -11,7 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core.config import DatasetConfig
@@ -31,6 +41,13 @@ class WrittenShard:
     label_min: int | None = None
     label_max: int | None = None
     xxh3_128: str | None = None
+    label_counts: dict[str, int] = field(default_factory=dict)   # label index (text) -> rows
+
+
+def label_counts(labels: pa.Array | pa.ChunkedArray) -> dict[str, int]:
+    """Rows per label, keys as text (JSON object keys), ascending by label."""
+    vc = pc.value_counts(labels).to_pylist()
+    return {str(v["values"]): int(v["counts"]) for v in sorted(vc, key=lambda v: v["values"])}
 
 
 def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.Buffer:
@@ -47,11 +64,14 @@ def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compr
     buf = encode_ipc(table, compression, record_batch_rows)
     store.put_bytes(key, memoryview(buf))
     lmin = lmax = None
+    counts: dict[str, int] = {}
     if kind == "data" and table.num_rows:
         labels = table.column("label")
-        lmin, lmax = int(pa.compute.min(labels).as_py()), int(pa.compute.max(labels).as_py())
+        lmin, lmax = int(pc.min(labels).as_py()), int(pc.max(labels).as_py())
+        counts = label_counts(labels)
     sha, xxh = content_digests(memoryview(buf))
-    return WrittenShard(key, table.num_rows, buf.size, sha, kind, label, lmin, lmax, xxh)
+    return WrittenShard(key, table.num_rows, buf.size, sha, kind, label, lmin, lmax, xxh,
+                        counts)
 
 
 @dataclass
@@ -65,9 +85,28 @@ class _Rows:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def take(self, n: int, row_bytes: int) -> _Rows:
+        """Remove the first ``n`` rows and return them."""
+        head = _Rows(self.ids[:n], self.labels[:n], self.pixels[:n * row_bytes], self.keys[:n],
+                     self.rows[:n])
+        del self.ids[:n], self.labels[:n], self.pixels[:n * row_bytes], self.keys[:n]
+        del self.rows[:n]
+        return head
+
+    def sorted_by_label(self, row_bytes: int) -> _Rows:
+        """The same rows, stably sorted by label (one contiguous run per label)."""
+        order = np.argsort(np.asarray(self.labels, np.int64), kind="stable")
+        if (np.diff(order) == 1).all():
+            return self
+        px = np.frombuffer(self.pixels, np.uint8).reshape(len(self), row_bytes)[order]
+        return _Rows([self.ids[i] for i in order], [self.labels[i] for i in order],
+                     bytearray(px.tobytes()), [self.keys[i] for i in order],
+                     [self.rows[i] for i in order])
+
 
 class DataShardWriter:
-    """Collects valid rows per partition and writes a shard each time one is full.
+    """Collects valid rows per partition and writes a shard each time one is full
+    (partitioned by label), or each time two are (by batch only; see the module docstring).
 
     ``key_for(label, seq)`` names the staged file; ``label`` is None when the dataset is
     not partitioned by label. Each row's position (shard path, row in shard) is recorded so
@@ -94,17 +133,23 @@ class DataShardWriter:
         buf.pixels += pixels
         buf.keys.append(source_key)
         buf.rows.append(source_row)
-        if len(buf) >= self.limit:
-            self._flush(part)
+        if self.by_label and len(buf) >= self.limit:
+            self._write(part, self.buffers.pop(part))
+        elif not self.by_label and len(buf) >= 2 * self.limit:
+            self._write(part, buf.take(self.limit, self.cfg.image.nbytes))
 
     def close(self) -> list[WrittenShard]:
         for part in sorted(self.buffers, key=lambda p: -1 if p is None else p):
-            if len(self.buffers[part]):
-                self._flush(part)
+            buf = self.buffers.pop(part)
+            if len(buf) > self.limit:        # by batch only: two halves, not full + tail
+                self._write(part, buf.take((len(buf) + 1) // 2, self.cfg.image.nbytes))
+            if len(buf):
+                self._write(part, buf)
         return self.written
 
-    def _flush(self, part: int | None) -> None:
-        buf = self.buffers.pop(part)
+    def _write(self, part: int | None, buf: _Rows) -> None:
+        if not self.by_label:
+            buf = buf.sorted_by_label(self.cfg.image.nbytes)
         n = len(buf)
         image = pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(self.cfg.image.nbytes), n, [None, pa.py_buffer(bytes(buf.pixels))])

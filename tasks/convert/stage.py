@@ -15,6 +15,7 @@ and the quarantine read the same either way.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections import Counter
@@ -123,7 +124,8 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
         WrittenShard(path=s["shard"], rows=s["shard_row"], bytes=s["bytes"],
                      sha256=s["sha256"], kind=s["status"], label=s["label"],
                      label_min=s["label_min"], label_max=s["label_max"],
-                     xxh3_128=s["xxh3_128"])
+                     xxh3_128=s["xxh3_128"],
+                     label_counts=json.loads(s["label_counts"] or "{}"))
         for s in shards_meta.to_pylist()
     ]
     data = sorted((s for s in shards if s.kind == "data"), key=lambda s: s.path)

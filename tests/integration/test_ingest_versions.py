@@ -144,12 +144,12 @@ def test_a_reader_never_sees_a_version_whose_shards_are_missing(store, spark, mo
     store.put_bytes(f"{IN}p1.jsonl", jsonl_bytes(digits(0, 100)))
     conv, report = _staged(store, cfg, spark)
 
-    # Crash after the shards are copied, before the manifest commit (fault injection in
+    # Crash after the shards are copied, before the version commit (fault injection in
     # our own code; the S3 server is real): no version may appear.
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash before commit")
 
-    monkeypatch.setattr(publish_mod, "commit_manifest", crash)
+    monkeypatch.setattr(publish_mod, "commit_version", crash)
     with pytest.raises(RuntimeError):
         publish_mod.publish(store, cfg, conv, report)
     monkeypatch.undo()
