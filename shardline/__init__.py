@@ -1,7 +1,35 @@
-"""shardline core: configuration, object-store access, dataset schema and the manifest.
+"""shardline: S3 uploads -> Spark -> validated Arrow IPC dataset versions -> PyTorch training.
 
-This package is the shared contract between ingest (``tasks/``), the trainer (``trainer/``)
-and the stack launcher (``infra/``). It imports nothing else of the project's.
+The public Python API (read-only, see README "Python API")::
+
+    import shardline
+    ds = shardline.open_dataset("digits")      # latest version; version=N for another
+    table, df = ds.to_table(), ds.to_pandas()
+    loader = ds.torch_loader(batch_size=256)
+
+Names load on first use (``shardline.api``), so importing the package stays light.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = ("open_dataset", "list_dataset_versions", "list_models", "Dataset", "VersionDiff",
+        "TorchLoader")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from shardline import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'shardline' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
+
+
+__all__ = ["__version__", *_API]
