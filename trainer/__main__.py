@@ -15,8 +15,9 @@ import sys
 from shardline.core.config import StoreSettings, load_config
 from shardline.core.errors import ShardlineError
 from shardline.core.store import ObjectStore
+from shardline.trainer.accel import COMPILE_MODES, OPTIMIZERS
 from shardline.trainer.dist import DistInfo
-from shardline.trainer.options import RunOptions
+from shardline.trainer.options import LR_RULES, RunOptions, with_batch_size
 from shardline.trainer.run import train
 
 
@@ -29,14 +30,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: best available)")
     p.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="per-rank batch size instead of [train] batch_size; the learning "
+                        "rate follows --lr-rule")
+    p.add_argument("--lr-rule", choices=LR_RULES, default="sqrt",
+                   help="how lr scales with --batch-size (default: sqrt, for AdamW)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="auto",
+                   help="AdamW implementation (auto: fused on CUDA, for-loop on the CPU)")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
+                   help="torch.compile mode (auto: reduce-overhead on one CUDA device, "
+                        "max-autotune-no-cudagraphs under DDP, eager on the CPU)")
     args = p.parse_args(argv)
     info = DistInfo.from_env()
     logging.basicConfig(level=logging.INFO if info.is_main else logging.WARNING,
                         stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    options = RunOptions(device=args.device, log_every=args.log_every,
+                         optimizer=args.optimizer, compile_mode=args.compile_mode)
     try:
-        result = train(load_config(args.config), ObjectStore(StoreSettings.from_env()),
-                       args.dataset_version, options=RunOptions(device=args.device,
-                                                        log_every=args.log_every))
+        cfg = load_config(args.config)
+        if args.batch_size is not None:
+            cfg = with_batch_size(cfg, args.batch_size, args.lr_rule)
+        result = train(cfg, ObjectStore(StoreSettings.from_env()), args.dataset_version,
+                       options=options)
     except ShardlineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.json and info.is_main:

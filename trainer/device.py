@@ -56,7 +56,6 @@ def choose(requested: str | None, info: DistInfo, amp: bool = True) -> Placement
     else:
         device = torch.device("cpu")
     if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
+        torch.cuda.set_device(device)     # backend flags: trainer.accel.apply_backends
         return Placement(device, amp=amp and torch.cuda.is_bf16_supported(), channels_last=True)
     return Placement(device, amp=False, channels_last=False)

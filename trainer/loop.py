@@ -70,6 +70,8 @@ class _Running:
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, place: Placement,
                stream: ShardStream, batch: Batch, run: _Running) -> None:
+    if place.cuda:   # a new step for CUDA graphs (reduce-overhead): last step's outputs are dead
+        torch.compiler.cudagraph_mark_step_begin()
     x = place.to_device(batch["image"])
     y = place.to_device(batch["label"])
     if place.cuda:   # the pinned buffer may be refilled once the copy has happened

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from shardline.trainer.accel import optimizer_kwargs
 from shardline.trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
 from shardline.trainer.model import arch_problem, build_model
 from shardline.trainer.registry import ModelRegistry, Promoted
@@ -55,8 +56,12 @@ def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
                  f"v{meta['dataset_version']})")
 
 
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
+                   impl: str = "for-loop") -> torch.optim.Optimizer:
+    """AdamW over ``model``'s parameters (already on their device), implemented by ``impl``
+    (``fused`` / ``foreach`` / ``for-loop``, see ``trainer.accel``)."""
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
+                             **optimizer_kwargs(impl))
 
 
 def load_parent(model: nn.Module, opt: torch.optim.Optimizer, registry: ModelRegistry,

@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shardline.core.config import Config
 from shardline.core.store import ObjectStore
 from shardline.trainer import dist
+from shardline.trainer.accel import apply_backends, plan_step
 from shardline.trainer.buffers import BufferPool
 from shardline.trainer.candidate import finish
 from shardline.trainer.checkpoint import (
@@ -85,6 +86,11 @@ class _Trainer:
         self.eval_pool = BufferPool(loader.eval_batch_size, ctx.cfg.dataset.image.nbytes,
                                     ctx.place.cuda)
         self.last_eval: EvalResult | None = None
+        o = ctx.options
+        self.step = plan_step(o.optimizer, o.compile_mode, o.tf32, o.cudnn_benchmark,
+                              cuda=ctx.place.cuda, distributed=ctx.info.distributed,
+                              legacy_compile=ctx.cfg.train.compile)
+        apply_backends(self.step)
 
     def run(self, on_batch: Callable[[int, Batch], None] | None) -> TrainResult:
         ctx = self.ctx
@@ -93,38 +99,44 @@ class _Trainer:
                      ctx.cfg.dataset.name, ctx.dataset_version, ctx.start.reason,
                      len(ctx.plan.shards), sum(s.role == "new" for s in ctx.plan.shards),
                      ctx.plan.replay_fraction)
+            log.info("step: %s AdamW, compile %s, tf32 %s, cudnn.benchmark %s, batch %d per "
+                     "rank x %d", self.step.optimizer, self.step.compile_mode or "off (eager)",
+                     self.step.tf32, self.step.cudnn_benchmark, ctx.cfg.train.batch_size,
+                     ctx.info.world)
         return self._execute(on_batch)
 
     def _execute(self, on_batch: Callable[[int, Batch], None] | None) -> TrainResult:
-        torch.manual_seed(self.ctx.cfg.train.seed)
-        model = build_model(self.ctx.spec)
-        opt = make_optimizer(model, self.ctx.cfg.train.lr, self.ctx.cfg.train.weight_decay)
-        if self.ctx.start.from_parent:
-            load_parent(model, opt, self.ctx.registry, self.ctx.start)
-        progress = (self.ctx.registry.load_progress(self.ctx.run_key)
-                    if self.ctx.options.resume else None)
+        ctx = self.ctx
+        torch.manual_seed(ctx.cfg.train.seed)
+        # on its device before the optimizer exists: fused AdamW and loaded optimizer
+        # state (load_state_dict moves it to each parameter's device) then agree
+        model = ctx.place.prepare(build_model(ctx.spec))
+        opt = make_optimizer(model, ctx.cfg.train.lr, ctx.cfg.train.weight_decay,
+                             self.step.optimizer)
+        if ctx.start.from_parent:
+            load_parent(model, opt, ctx.registry, ctx.start)
+        progress = ctx.registry.load_progress(ctx.run_key) if ctx.options.resume else None
         state, loader_state, before = LoopState(), None, None
         if progress is not None:
             state, loader_state, before = self._restore(model, opt, *progress)
         else:
             before = self._evaluate_before(model)
-        model = self.ctx.place.prepare(model)
         stream = self._stream()
-        loader = make_train_loader(stream, self.ctx.options.loader)
+        loader = make_train_loader(stream, ctx.options.loader)
         if loader_state is not None:
             loader.load_state_dict(loader_state)
         train_model = self._wrap(model)
         hooks = LoopHooks(
             epoch_end=lambda st, ep: self._epoch_eval(model, ep),
             checkpoint=lambda st: self._checkpoint(model, opt, loader, st, before),
-            on_batch=on_batch, log_every=self.ctx.options.log_every,
-            checkpoint_every=self.ctx.options.checkpoint_every,
-            curve_every=self.ctx.options.curve_every, is_main=self.ctx.info.is_main)
+            on_batch=on_batch, log_every=ctx.options.log_every,
+            checkpoint_every=ctx.options.checkpoint_every,
+            curve_every=ctx.options.curve_every, is_main=ctx.info.is_main)
         resumed_at = state.step if progress is not None else None
-        state = run_loop(train_model, opt, loader, stream, self.ctx.place, state, hooks,
-                         self.ctx.info.world)
+        state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
+                         ctx.info.world)
         after = self.last_eval or self._eval(model)
-        return finish(self.ctx, model, opt, stream, loader, state, before, after, resumed_at)
+        return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at)
 
     def _stream(self) -> ShardStream:
         t, spec = self.ctx.cfg.train, self.ctx.options.loader
@@ -134,11 +146,8 @@ class _Trainer:
                            pin_memory=self.ctx.place.cuda, lookahead_bytes=self.lookahead)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.ctx.cfg.train.compile:
-            if self.ctx.place.cuda:
-                model = torch.compile(model)  # type: ignore[assignment]
-            elif self.ctx.info.is_main:
-                log.warning("train.compile is set but no CUDA device is in use: running eager")
+        if self.step.compile_mode is not None:
+            model = torch.compile(model, mode=self.step.compile_mode)  # type: ignore[assignment]
         if self.ctx.info.distributed:
             ids = [self.ctx.place.device.index] if self.ctx.place.cuda else None
             model = DistributedDataParallel(model, device_ids=ids)

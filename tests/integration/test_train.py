@@ -175,3 +175,21 @@ def test_a_stale_save_of_an_older_step_never_moves_a_resume_back(
         full.model_version)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert reg.progress_steps(run_key) == []
+
+
+def test_a_parent_saved_by_another_adamw_implementation_continues(
+        store: ObjectStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The optimizer implementation is how a run executes (RunOptions), not what it
+    learns: state saved by a fused run (CUDA's default; CPU fused here) continues under
+    the CPU's for-loop default, with this run's implementation."""
+    cfg = config(tmp_path, epochs=1)
+    publish_version(store, cfg.dataset, ORDER[:600])
+    first = train(cfg, store, options=dataclasses.replace(FAST, optimizer="fused"))
+    reg = ModelRegistry(store, "digits", "cnn")
+    assert reg.meta(first.model_version)["optimizer_state"]["param_groups"][0]["fused"]
+    publish_version(store, cfg.dataset, ORDER[600:900])
+    second = train(cfg, store, options=FAST)
+    assert second.parent_model_version == first.model_version
+    assert "continuing from promoted model" in second.start
+    groups = reg.meta(second.model_version)["optimizer_state"]["param_groups"]
+    assert (groups[0]["fused"], groups[0]["foreach"]) == (False, False)
