@@ -193,7 +193,7 @@ def _initdb(db: Database, how: RunAs, log_path: Path) -> None:
     if how.owner is not None:
         for p in (db.data, pwfile):
             os.chown(p, *how.owner)
-    bins, kw = bin_dir(), how.kwargs()
+    bins, kw = bin_dir(), {**how.kwargs(), "env": base_env()}
     try:
         with open(log_path, "ab") as out:
             subprocess.run([*how.prefix, str(bins / "initdb"), "-D", str(db.data), "-U", DB_USER,

@@ -135,7 +135,7 @@ def _spawn(
     name: str, cmd: list[str], log: Path, port: int, url: str, health_url: str | None,
     env: dict[str, str] | None = None, cwd: Path | None = None, stop_signal: str = "SIGTERM",
 ) -> tuple[Service, subprocess.Popen[bytes]]:
-    proc = procs.start(cmd, log, env=env, cwd=cwd)
+    proc = procs.start(cmd, log, env=base_env() if env is None else env, cwd=cwd)
     svc = Service(name, proc.pid, port, url, str(log), health_url, stop_signal,
                   procs.start_ticks(proc.pid))
     return svc, proc

@@ -8,7 +8,6 @@ deployments (see ``tasks/settings.py``), as they would in production.
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from pathlib import Path
 
@@ -19,8 +18,7 @@ POOL = "shardline-process"
 
 
 def worker_env(cfg: StackConfig) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
+    env = services.base_env()  # none of the caller's AWS_* settings
     env.update(
         PREFECT_API_URL=f"http://127.0.0.1:{cfg.ports['prefect']}/api",
         PREFECT_HOME=str(cfg.home / "worker"),

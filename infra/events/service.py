@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,8 +61,9 @@ def ensure_queue(sqs: Any) -> str:
 
 
 def consumer_env(cfg: StackConfig) -> dict[str, str]:
-    """The consumer's environment: the stack's endpoints win over the caller's."""
-    env = dict(os.environ)
+    """The consumer's environment: the stack's endpoints and keys, none of the caller's
+    AWS_* settings (profiles, session tokens) or Prefect Cloud key."""
+    env = services.base_env()
     env.update(
         SHARDLINE_S3_ENDPOINT_URL=_endpoint(cfg), SHARDLINE_BUCKET=cfg.bucket,
         AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
@@ -71,7 +71,6 @@ def consumer_env(cfg: StackConfig) -> dict[str, str]:
         PREFECT_API_URL=f"http://127.0.0.1:{cfg.ports['prefect']}/api",
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
     )
-    env.pop("PREFECT_API_KEY", None)
     return env
 
 

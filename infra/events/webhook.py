@@ -5,8 +5,11 @@ MinIO POSTs one notification per request (``Records`` as in S3, plus ``EventName
 events exist, in this order, and a rejected request never emits anything:
 
 - ``Authorization`` missing or not Bearer -> 401; wrong token -> 403 (constant-time compare)
-- no ``Content-Length`` -> 411; larger than ``max_bytes`` -> 413
-- body not JSON -> 400; JSON but not a bucket notification -> 400
+- no ``Content-Length`` -> 411; larger than ``max_bytes`` -> 413, answered at once from the
+  header (the body is never waited for: a client declaring 10 GB and sending 10 bytes gets
+  its 413 immediately; what it did send is drained for at most ``_DRAIN_S``)
+- body not JSON, or JSON nested deeper than ``max_depth`` (checked before parsing, so no
+  RecursionError ever drops the connection) -> 400; JSON but not a bucket notification -> 400
 
 A valid request answers 200 with the accepted event ids once the Prefect events API took
 them, or 502 when it did not, so MinIO keeps the notification and sends it again (its
@@ -20,6 +23,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,7 +35,13 @@ from shardline.infra.events.stopping import Stopper
 
 log = logging.getLogger(__name__)
 MIN_TOKEN_CHARS = 16
-_DRAIN_LIMIT = 1 << 20  # bytes read (and dropped) from a too-large body so the 413 arrives
+# After a 413, bytes already sent are read and dropped (at most this many, for at most
+# _DRAIN_S seconds) so that closing the socket does not reset it before the client reads
+# the answer; nothing is waited for beyond that.
+_DRAIN_LIMIT = 1 << 20
+_DRAIN_S = 0.5
+_NEST = frozenset(b"[{")
+_UNNEST = frozenset(b"]}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,7 @@ class WebhookSettings:
     host: str = "127.0.0.1"
     port: int = 9320
     max_bytes: int = 256 * 1024
+    max_depth: int = 32  # a MinIO notification nests 6 deep
 
     def __post_init__(self) -> None:
         if len(self.token) < MIN_TOKEN_CHARS:
@@ -116,11 +127,25 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         length = int(raw)
         if length > self.server.settings.max_bytes:
-            self.rfile.read(min(length, _DRAIN_LIMIT))
             self._answer(413, {"error": f"body of {length} bytes is larger than the "
                                         f"{self.server.settings.max_bytes} allowed"})
+            self._drain(length)
             return None
         return self.rfile.read(length)
+
+    def _drain(self, length: int) -> None:
+        """Drop what the client already sent (bounded in bytes and time), after answering."""
+        deadline = time.monotonic() + _DRAIN_S
+        left = min(length, _DRAIN_LIMIT)
+        try:
+            while left > 0 and (wait := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(wait)
+                chunk = self.rfile.read1(min(left, 65536))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:  # timed out or reset: the answer is out, the connection closes
+            pass
 
     def do_POST(self) -> None:  # noqa: N802
         self.server.count_request()
@@ -129,9 +154,14 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if body is None:
             return
+        limit = self.server.settings.max_depth
+        if nesting_exceeds(body, limit):
+            self._answer(400, {"error": f"body nests JSON arrays/objects more than {limit} "
+                                        "deep; a bucket notification nests 6 deep"})
+            return
         try:
             events = parse_notification(json.loads(body), f"webhook POST {self.path}")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             self._answer(400, {"error": f"body is not JSON: {exc}"})
             return
         except NotificationError as exc:
@@ -145,6 +175,29 @@ class _Handler(BaseHTTPRequestHandler):
         ids = [str(e.event_id) for e in events]
         self.server.count_events(ids)
         self._answer(200, {"accepted": len(ids), "ids": ids})
+
+
+def nesting_exceeds(body: bytes, limit: int) -> bool:
+    """Does ``body`` open more than ``limit`` JSON arrays/objects inside each other? Brackets
+    inside strings do not count. Linear in the body (at most ``max_bytes``), no recursion."""
+    depth, in_string, escaped = 0, False, False
+    for c in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == 0x5C:  # backslash
+                escaped = True
+            elif c == 0x22:  # quote
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in _NEST:
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in _UNNEST:
+            depth -= 1
+    return False
 
 
 class _Server(ThreadingHTTPServer):

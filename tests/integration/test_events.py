@@ -209,6 +209,39 @@ def test_webhook_rejects_without_emitting_and_accepts_a_valid_notification(
     assert stored_events(api_url, list(bad.values()), timeout_s=0) == {}
 
 
+def _raw_post(port: int, headers: str, body: bytes) -> bytes:
+    """One HTTP/1.1 POST over a plain socket; the whole answer (the server closes)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(f"POST /minio/events HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode()
+                     + body)
+        answer = b""
+        while chunk := conn.recv(65536):  # a server still waiting for the body times out
+            answer += chunk
+    return answer
+
+
+def test_webhook_answers_oversized_and_deeply_nested_bodies_without_dropping_them(
+        receiver: WebhookReceiver) -> None:
+    auth = f"Authorization: Bearer {TOKEN}\r\n"
+    # A declared 10 GB body with 10 bytes sent: 413 from the header, no wait for the rest.
+    answer = _raw_post(receiver.port, f"{auth}Content-Length: 10000000000\r\n", b"0123456789")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"10000000000 bytes is larger than the 4096 allowed" in answer
+    # JSON nested 1,000 deep (well under max_bytes): a clear 400, not a dropped connection.
+    nested = b"[" * 1000 + b"]" * 1000
+    answer = _raw_post(receiver.port, f"{auth}Content-Length: {len(nested)}\r\n", nested)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"more than 32 deep" in answer
+    url = f"http://127.0.0.1:{receiver.port}/minio/events"
+    r = httpx.post(url, content=b'{"Records": [[[["]]]]]]"]]]]}',
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 400 and "deep" not in r.json()["error"]  # brackets in a string
+    assert receiver.stats.rejected == {413: 1, 400: 2} and receiver.stats.events == 0
+    assert httpx.get(f"http://127.0.0.1:{receiver.port}/health").status_code == 200
+
+
 def test_poller_emits_each_object_once_and_its_cursor_survives_a_restart(
         store: ObjectStore, store_settings: StoreSettings, sink: EventSink, api_url: str,
         tmp_path: Path) -> None:

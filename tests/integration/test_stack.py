@@ -111,10 +111,23 @@ def stacks() -> Iterator[Stacks]:
     assert not leftovers, f"processes outlived `down`: {leftovers}"
 
 
+# The caller's cloud secrets: no stack process may see them (the stack has its own keys).
+CANARIES = {"AWS_ACCESS_KEY_ID": "AKIACANARY0000000001", "AWS_SECRET_ACCESS_KEY": "canary-secret",
+            "AWS_SESSION_TOKEN": "canary-token", "AWS_PROFILE": "canary-profile",
+            "PREFECT_API_KEY": "pnu_canary"}
+
+
 @pytest.fixture(scope="module")
 def stack_a(stacks: Stacks, tmp_path_factory: pytest.TempPathFactory) -> StackConfig:
     cfg = config(tmp_path_factory.mktemp("stack-a"))
-    result = stacks.up(cfg)
+    aws = tmp_path_factory.mktemp("aws") / "credentials"  # a real profile of the caller's
+    aws.write_text("[canary-profile]\naws_access_key_id = AKIACANARY0000000002\n"
+                   "aws_secret_access_key = canary-file-secret\n")
+    with pytest.MonkeyPatch.context() as env:
+        for k, v in CANARIES.items():
+            env.setenv(k, v)
+        env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(aws))
+        result = stacks.up(cfg)
     assert not result.already_running and result.restored is None
     return cfg
 
@@ -177,6 +190,24 @@ def test_status_reports_every_service_alive(stack_a: StackConfig) -> None:
         assert spark.range(10).count() == 10
     finally:
         spark.stop()
+
+
+def test_no_service_sees_the_callers_cloud_secrets(stack_a: StackConfig) -> None:
+    """Every process of every service (JVMs, postgres backends, Python workers included)."""
+    state = stack.running_stack(stack_a.home)
+    assert state is not None
+    seen = 0
+    for name, svc in state.services.items():
+        for pid in {svc.pid, *procs.group_members(svc.pid)}:
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+            except OSError:
+                continue  # exited meanwhile
+            seen += 1
+            leaked = [k for k, v in CANARIES.items() if v in environ]
+            leaked += ["AWS_SHARED_CREDENTIALS_FILE"] * ("AWS_SHARED_CREDENTIALS_FILE" in environ)
+            assert not leaked, f"{name} (pid {pid}) has the caller's {leaked}"
+    assert seen >= len(state.services)
 
 
 def test_up_when_up_changes_nothing(stack_a: StackConfig, cli: typer.Typer) -> None:

@@ -158,3 +158,24 @@ def test_etag_of_single_and_multipart(tmp_path: Path) -> None:
     assert etag_of(path, None) == hashlib.md5(path.read_bytes()).hexdigest()
     parts = hashlib.md5(b"a" * 10).digest() + hashlib.md5(b"b" * 3).digest()
     assert etag_of(path, [10, 3]) == f"{hashlib.md5(parts).hexdigest()}-2"
+
+
+def test_service_environments_drop_the_callers_cloud_secrets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardline.infra import services, worker
+    from shardline.infra.events import service as events_service
+
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+              "AWS_SHARED_CREDENTIALS_FILE", "PREFECT_API_KEY"):
+        monkeypatch.setenv(k, f"caller-{k}")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    cfg = StackConfig.resolve(tmp_path, env={})
+    envs = {"base": services.base_env(), "prefect": services.prefect_env(1, tmp_path),
+            "spark": services.spark_env(tmp_path), "worker": worker.worker_env(cfg),
+            "events": events_service.consumer_env(cfg)}
+    for name, env in envs.items():
+        assert not [v for v in env.values() if v.startswith("caller-")], name
+        assert env["LANG"] == "C.UTF-8", name  # the rest of the caller's environment stays
+    # Only the consumer talks to the stack's S3 (SQS) itself: with the stack's own keys.
+    assert envs["events"]["AWS_ACCESS_KEY_ID"] == "testing"
+    assert "AWS_ACCESS_KEY_ID" not in envs["worker"]
