@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 import torch
 
 from shardline.core.config import config_to_dict
 from shardline.core.manifest import code_version, now_iso
+from shardline.trainer.accel import StepPlan
 from shardline.trainer.checkpoint import model_tensors, optimizer_parts, tensors_to_bytes
 from shardline.trainer.context import RunContext
 from shardline.trainer.dist import barrier
@@ -42,7 +44,7 @@ def sample_counts(ctx: RunContext) -> tuple[int, int]:
 
 def _meta(ctx: RunContext, model_number: int, state: LoopState, loader: Any,
           decision: Decision, before: EvalResult | None, after: EvalResult,
-          rest: dict[str, Any]) -> dict[str, Any]:
+          rest: dict[str, Any], step: StepPlan) -> dict[str, Any]:
     start, plan = ctx.start, ctx.plan
     parent_total = int((start.parent_meta or {}).get("samples_seen_total", 0))
     return {
@@ -58,16 +60,18 @@ def _meta(ctx: RunContext, model_number: int, state: LoopState, loader: Any,
         "plan": {"fingerprint": plan.fingerprint(), "since_version": plan.since_dataset_version,
                  "replay_fraction": plan.replay_fraction}, "world_size": ctx.info.world,
         "curve": {"steps": state.steps, "epochs": state.epochs},
+        # how it ran (not what it learned): device, step speed settings as resolved
+        "run": {"device": str(ctx.place.device), "amp": ctx.place.amp, **asdict(step)},
     }
 
 
 def _save(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer, loader: Any,
           state: LoopState, decision: Decision, before: EvalResult | None,
-          after: EvalResult) -> tuple[int, Decision]:
+          after: EvalResult, step: StepPlan) -> tuple[int, Decision]:
     registry = ctx.registry
     number = registry.claim(uuid.uuid4().hex[:12])
     opt_tensors, rest = optimizer_parts(opt)
-    meta = _meta(ctx, number, state, loader, decision, before, after, rest)
+    meta = _meta(ctx, number, state, loader, decision, before, after, rest, step)
     registry.save(number, tensors_to_bytes(model_tensors(model)),
                   tensors_to_bytes(opt_tensors), meta)
     decision = promote(registry, number, ctx.start, decision, after.accuracy,
@@ -80,12 +84,13 @@ def _save(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer, l
 
 def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
            stream: ShardStream, loader: Any, state: LoopState, before: EvalResult | None,
-           after: EvalResult, resumed_at: int | None) -> TrainResult:
+           after: EvalResult, resumed_at: int | None, step: StepPlan) -> TrainResult:
     """Gate, save (rank 0), promote, and return the same result on every rank."""
     decision = decide(ctx.start, before, after, ctx.cfg.train.promote_tolerance)
     number = 0
     if ctx.info.is_main:
-        number, decision = _save(ctx, model, opt, loader, state, decision, before, after)
+        number, decision = _save(ctx, model, opt, loader, state, decision, before, after,
+                                 step)
     shared = torch.tensor([number, int(decision.promote)], dtype=torch.int64)
     if ctx.info.distributed:
         on_device = shared.to(ctx.place.device)

@@ -136,7 +136,8 @@ class _Trainer:
         state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
                          ctx.info.world)
         after = self.last_eval or self._eval(model)
-        return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at)
+        return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at,
+                      self.step)
 
     def _stream(self) -> ShardStream:
         t, spec = self.ctx.cfg.train, self.ctx.options.loader

@@ -193,3 +193,6 @@ def test_a_parent_saved_by_another_adamw_implementation_continues(
     assert "continuing from promoted model" in second.start
     groups = reg.meta(second.model_version)["optimizer_state"]["param_groups"]
     assert (groups[0]["fused"], groups[0]["foreach"]) == (False, False)
+    assert reg.meta(second.model_version)["run"] == {
+        "device": "cpu", "amp": False, "optimizer": "for-loop", "compile_mode": None,
+        "tf32": False, "cudnn_benchmark": False}
