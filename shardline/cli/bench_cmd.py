@@ -31,7 +31,7 @@ JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 def _bench_path() -> None:
     """Make the checkout's ``bench`` package importable (it is not installed)."""
     if not (ROOT / "bench" / "loader.py").is_file():
-        from shardline.cli.main import err
+        from shardline.cli.output import err
 
         err.print(f"[bold red]error:[/] bench/ not found under {ROOT}; the benchmarks run "
                   "from a source checkout")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from shardline.cli.main import ConfigOpt, JsonOpt
+from shardline.cli.common import ConfigOpt, JsonOpt
 from shardline.cli.output import emit_json, fail, line
 from shardline.core.errors import ShardlineError
 

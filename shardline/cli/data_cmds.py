@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from shardline.cli.main import ConfigOpt, JsonOpt, prepare
+from shardline.cli.common import ConfigOpt, JsonOpt, prepare
 from shardline.cli.output import emit_json, fail, line, rows
 from shardline.core.errors import ShardlineError
 

@@ -56,7 +56,7 @@ def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | No
 def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
                     since: datetime) -> None:
     """``t0``: monotonic time of the upload; ``since``: wall time of the upload (UTC)."""
-    from shardline.cli.main import out
+    from shardline.cli.output import out
 
     wait_for(f"the training run for version {version}",
              lambda: train_run(api, version, since), 120)
@@ -92,7 +92,8 @@ def register(app: typer.Typer) -> None:
                                         help="dataset TOML (default: the digits example)")
              ) -> None:
         """Run the end-to-end demo on the embedded stack."""
-        from shardline.cli.main import err, out, print_ingest, run_ingest, use_stack_env
+        from shardline.cli.common import print_ingest, run_ingest, use_stack_env
+        from shardline.cli.output import err, out
         from shardline.core.config import StoreSettings, load_config
         from shardline.core.manifest import list_versions
         from shardline.core.store import ObjectStore

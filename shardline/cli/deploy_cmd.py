@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
         import os
 
         from shardline.cli import preflight
-        from shardline.cli.main import fail, out, prepare
+        from shardline.cli.common import prepare
+        from shardline.cli.output import fail, out
         from shardline.core.config import StoreSettings
         from shardline.core.errors import ConfigError, ShardlineError
         from shardline.core.settings import DeployEnv, read_env

@@ -14,21 +14,24 @@ the traceback.
 from __future__ import annotations
 
 import importlib.util
-import logging
-import os
 import sys
-import warnings
 from typing import Any
 
 import typer
 
 from shardline import __version__
 from shardline.cli import preflight
+from shardline.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    check_ingest,
+    prepare,
+    print_ingest,
+    run_ingest,
+    use_stack_env,
+)
 from shardline.cli.output import emit_json, err, fail, one_line, out, rows, set_debug
 from shardline.core.errors import ShardlineError
-
-ConfigOpt = typer.Option(..., "--config", "-c", help="dataset TOML file")
-JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 
 __all__ = ["ConfigOpt", "JsonOpt", "app", "err", "fail", "out", "prepare", "use_stack_env"]
 
@@ -75,50 +78,6 @@ def _root(
     set_debug(debug)
 
 
-def use_stack_env() -> dict[str, str] | None:
-    """When an embedded stack is up, set its endpoints for variables not already set."""
-    from shardline.infra.stack_state import resolve_home, running_stack, stack_env
-
-    state = running_stack(resolve_home())
-    if state is None:
-        return None
-    env = stack_env(state)
-    for k, v in env.items():
-        os.environ.setdefault(k, v)
-    return env
-
-
-def prepare() -> None:
-    """Quiet third-party noise and pick up the embedded stack's endpoints."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")          # gRPC fork notices
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    use_stack_env()
-
-
-def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
-    """Run the ingest flow once (used by ``ingest`` and ``demo``)."""
-    from shardline.flows.ingest import ingest as ingest_flow
-
-    with err.status(f"ingesting with {config} (Prefect: "
-                    f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})", spinner="dots"):
-        if quiet:
-            logging.getLogger("prefect").setLevel(logging.WARNING)
-        return dict(ingest_flow(config=str(config)))
-
-
-def check_ingest(config: str) -> None:
-    """Everything an ingest run needs, checked before its flow run is created."""
-    from shardline.core.config import StoreSettings
-
-    preflight.config(config)
-    preflight.s3(StoreSettings.from_env())
-    preflight.prefect()
-    preflight.spark()
-
-
 @app.command()
 def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """Ingest what is new under the dataset's incoming prefix (one Prefect flow run)."""
@@ -135,15 +94,6 @@ def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
         out.print(f"[yellow]{_escape(result['message'])}[/]")
         return
     print_ingest(result)
-
-
-def print_ingest(r: dict[str, Any]) -> None:
-    verb = "published" if r["created"] else "already published as"
-    rules = ", ".join(f"{k}: {v}" for k, v in r["quarantine_by_rule"].items()) or "none"
-    out.print(f"[bold green]{r['dataset']}[/] {verb} [bold]version {r['version']}[/]: "
-              f"{r['rows_published']} rows in {r['shards']} new shards, "
-              f"{r['rows_quarantined']} quarantined ({_escape(rules)})\n"
-              f"  manifest {r['manifest']}", soft_wrap=True)
 
 
 @app.command()

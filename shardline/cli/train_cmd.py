@@ -47,7 +47,7 @@ def check_train(config: str, version: int | None, use_flow: bool) -> None:
 def print_result(r: dict[str, Any]) -> None:
     from rich.markup import escape
 
-    from shardline.cli.main import out
+    from shardline.cli.output import out
 
     verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
     before = "n/a" if r["accuracy_before"] is None else f"{r['accuracy_before']:.4f}"
@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
                                            "UI) or call the trainer directly"),
     ) -> None:
         """Train on a dataset version, continuing from the promoted model."""
-        from shardline.cli.main import fail, prepare
+        from shardline.cli.common import prepare
+        from shardline.cli.output import fail
         from shardline.core.errors import ShardlineError
 
         prepare()

@@ -114,7 +114,8 @@ def watch(sqs: str | None = SqsOpt, webhook: bool = WebhookOpt, poll: float | No
           api_url: str | None = ApiOpt, home: Path | None = HomeOpt,
           as_json: bool = JsonOpt) -> None:
     """Post an s3.object.created event to Prefect for every upload (one source at a time)."""
-    from shardline.cli.main import err, fail, prepare
+    from shardline.cli.common import prepare
+    from shardline.cli.output import err, fail
 
     chosen = [name for name, on in (("--sqs", sqs), ("--webhook", webhook),
                                      ("--poll", poll is not None)) if on]

@@ -121,7 +121,7 @@ def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_p
     assert out["manifest"] == f"s3://{store.bucket}/lake/clidigits/versions/v000001.json"
     listing = subprocess.run([*cli, "versions", "--config", str(cfg), "--json"], env=env,
                              capture_output=True, text=True, timeout=120)
-    assert json.loads(listing.stdout)["versions"][0]["total rows"] == 50
+    assert json.loads(listing.stdout)["versions"][0]["rows"] == 50
     bad = subprocess.run([*cli, "ingest", "--config", str(cfg), "--json"],
                          env={**env, "SHARDLINE_BUCKET": ""}, capture_output=True, text=True,
                          timeout=120)
