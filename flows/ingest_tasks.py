@@ -1,6 +1,11 @@
 """Thin Prefect task wrappers around the stage functions: build clients from settings, call
 the stage, log its result. Transient object-store failures are retried (botocore already
-retries single calls; this retries the whole stage, which is idempotent)."""
+retries single calls; this retries the whole stage, which is idempotent). A conversion
+that fails for any other reason, and a failed validation, leave a strike against the
+batch's suspect sources (``tasks.setaside``): two strikes and detect sets them aside, so
+one poisoned upload never blocks the uploads after it. ``PublishConflict`` is not retried
+here with the same converted batch (it would conflict again): the flow goes back to detect
+and converts what is still unpublished (see ``flows/ingest.py``)."""
 
 from __future__ import annotations
 
@@ -19,11 +24,13 @@ from shardline.core.errors import (
     PublishConflict,
     StoreError,
     ValidationFailed,
+    is_transient,
 )
 from shardline.core.manifest import Manifest, latest_manifest, list_versions, read_manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks import detect as detect_mod
 from shardline.tasks import publish as publish_mod
+from shardline.tasks import setaside
 from shardline.tasks import sweep as sweep_mod
 from shardline.tasks import validate as validate_mod
 from shardline.tasks.batch import Batch
@@ -39,11 +46,18 @@ def _transient(task: Any, task_run: Any, state: Any) -> bool:
         state.result()
     except (ObjectExists, ObjectChanged, ValidationFailed, PublishConflict, ConfigError):
         return False
-    except (StoreError, ConnectionError, TimeoutError):
-        return True
+    except (StoreError, ConnectionError, TimeoutError) as exc:
+        return is_transient(exc)
     except Exception:
         return False
     return False
+
+
+def _environment_failure(exc: BaseException) -> bool:
+    """A failure of the run's environment, not of the batch: transient store errors, also
+    when they come back from a Spark task as text inside Spark's own exception."""
+    text = str(exc)
+    return is_transient(exc) or "TransientStoreError" in text or "ObjectChanged" in text
 
 
 def stage_task(name: str, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
@@ -76,7 +90,12 @@ def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> Batch | None:
 def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
                   batch: Batch, run_id: str) -> convert_mod.Converted:
     s = ObjectStore(store)
-    conv = convert_mod.convert(s, cfg, spark, batch, run_id, latest_manifest(s, cfg.prefix))
+    try:
+        conv = convert_mod.convert(s, cfg, spark, batch, run_id, latest_manifest(s, cfg.prefix))
+    except Exception as exc:
+        if not _environment_failure(exc):
+            setaside.record_conversion_failure(s, cfg, batch, run_id, exc)
+        raise
     get_run_logger().info(
         "converted: %d rows in, %d ok, %d quarantined %s; %d data shards; timings %s",
         conv.rows_in, conv.rows_ok, conv.rows_quarantined, conv.by_rule,
@@ -87,7 +106,11 @@ def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings
 @stage_task("validate")
 def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.Converted
                    ) -> validate_mod.ValidationReport:
-    report = validate_mod.validate(ObjectStore(store), cfg, conv)
+    s = ObjectStore(store)
+    report = validate_mod.validate(s, cfg, conv)
+    if not report.success:
+        setaside.record_validation_failure(s, cfg, conv.batch, conv.run_id, conv.rows,
+                                           report.failure_message())
     get_run_logger().info("validation %s: %s", "passed" if report.success else "FAILED",
                           report.summary())
     return report

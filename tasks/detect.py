@@ -4,8 +4,10 @@ Each object (or Zarr group) becomes a :class:`~shardline.tasks.batch.Source` of 
 the registry (``tasks.convert.formats``) places it in; the batch id is a hash of the sorted
 (key, ETag) list of its sources (``tasks.batch``).
 
-What was already ingested is read from the claim ledger (``tasks.ledger``). The core of it,
-:func:`new_sources`, is a pure function of (listing, claimed).
+What was already ingested is read from the claim ledger (``tasks.ledger``); sources set
+aside after failing their batch twice (``tasks.setaside``) are left out too, so they never
+block later uploads. The core of it, :func:`new_sources`, is a pure function of (listing,
+claimed).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from shardline.core.store import ObjectInfo, ObjectStore
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
 from shardline.tasks.ledger import claimed_sources
+from shardline.tasks.setaside import set_aside
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +58,12 @@ def new_sources(sources: Iterable[Source], claimed: set[tuple[str, str]]) -> Bat
 def detect(store: ObjectStore, cfg: DatasetConfig) -> Batch | None:
     """List ``cfg.incoming`` and return the batch of new sources, or ``None``."""
     sources = group_sources(store.list(cfg.incoming))
-    batch = new_sources(sources, claimed_sources(store, cfg))
+    aside = set_aside(store, cfg)
+    for (key, etag), why in sorted(aside.items()):
+        if any(s.key == key and s.etag == etag for s in sources):
+            log.warning("s3://%s/%s (ETag %s) is set aside: %s; upload it again (fixed) to "
+                        "retry it", store.bucket, key, etag, why[:300])
+    batch = new_sources(sources, claimed_sources(store, cfg) | set(aside))
     if batch is None:
         log.info("nothing new under s3://%s/%s (%d sources, all ingested)",
                  store.bucket, cfg.incoming, len(sources))

@@ -50,6 +50,18 @@ RULES = {
     "missing_image": "the image is missing",
     "undecodable_image": "the image bytes are not a decodable PNG/JPEG (or bad base64)",
     "wrong_shape": "the decoded image does not have the configured [H, W, C]",
+    # Containment (tasks/convert/limits.py): checked before the expensive work.
+    "empty_object": "the object holds no rows (0 bytes, blank, a CSV header alone)",
+    "duplicate_column": "the header names a column twice (CSV or Parquet)",
+    "object_too_large": "the object is over limits.max_object_bytes for a whole read",
+    "row_too_large": "a line, record or image value is over limits.max_row_bytes",
+    "too_deeply_nested": "a JSON line nests deeper than limits.max_json_depth",
+    "image_too_large": "the image header declares more than limits.max_pixels",
+    "label_too_long": "the label is over limits.max_label_chars",
+    "id_too_long": "the id is over limits.max_id_chars",
+    "bad_id": "the id is not a string or an integer",
+    "unexpected_value": "checking the row raised an error no rule expects",
+    "unreadable_rest": "the object failed part-way: the rows from source_row on",
 }
 
 QUARANTINE_SCHEMA = pa.schema(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from shardline.core.config import DatasetConfig
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Source
+from shardline.tasks.convert.limits import limits_for
 from shardline.tasks.convert.readers import (
     Problem,
     Record,
@@ -59,10 +60,19 @@ def whole_object(parse: Parser) -> Reader:
 
     def read(store: ObjectStore, part: Part, cfg: DatasetConfig) -> Iterator[Record | Problem]:
         src = part.source
+        limit = limits_for(cfg).max_object_bytes
+        if src.size > limit:   # refused before the GET: it would be held in memory whole
+            raise Unreadable("object_too_large",
+                             f"the object is {src.size} bytes; whole-object reads are limited "
+                             f"to {limit} (limits.max_object_bytes): split it into smaller "
+                             "objects")
         data = store.get_bytes(src.key)
         if len(data) != src.size:
             raise Unreadable("truncated_file",
                              f"read {len(data)} bytes but the listing said {src.size}")
+        if not data or (data[:1].isspace() and not data.strip()):   # strip() only if blank-led
+            raise Unreadable("empty_object", f"the object holds no data ({len(data)} bytes, "
+                             "blank)")
         yield from parse(data, src, cfg)
 
     return read

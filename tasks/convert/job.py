@@ -10,6 +10,15 @@ one after the other through the same task's writer (whose sequence number goes o
 they never share a name either. It returns one small metadata row per input row (and one
 per shard written); only what the driver collects from the successful attempts is ever
 published.
+
+Containment: nothing one object or one row does may fail the task (and with it the batch,
+run after run). A reader's :class:`Unreadable` is one quarantine row for the object; any
+other exception while reading (a parser bug, ``RecursionError``, ``MemoryError``...) is one
+quarantine row too, for the object (``unreadable_object``, ``source_row = -1``) or, when
+rows of it were already read, for the rest of it (``unreadable_rest`` at the first row not
+read); any exception while checking one row is that row's quarantine row
+(``unexpected_value``). Only store errors (and ``OSError``) propagate: those are the run's
+environment, not the data, and a retry may fix them.
 """
 
 from __future__ import annotations
@@ -21,10 +30,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from shardline.core.config import DatasetConfig, StoreSettings
+from shardline.core.errors import StoreError
 from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import read_source
+from shardline.tasks.convert.limits import excerpt
 from shardline.tasks.convert.readers import Problem, Record, Unreadable
 from shardline.tasks.convert.rows import Normaliser, RowError
 from shardline.tasks.convert.shard_writer import (
@@ -95,12 +106,28 @@ def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
     bad: list[dict] = []
     for part in parts:
         src = part.source
+        next_row = -1      # the row after the last one read (-1: none read yet)
         try:
             for rec in read_source(store, part, cfg):
                 _check(rec, src, norm, writer, bad)
+                next_row = rec.row + 1
         except Unreadable as exc:   # only ever a whole source: one row for the object
             bad.append(dict(source_key=src.key, source_row=-1, rule=exc.rule,
                             message=f"s3://{store.bucket}/{src.key}: {exc.message}"))
+        except (StoreError, OSError):
+            raise                   # the environment, not the data: the task is retried
+        except Exception as exc:    # noqa: BLE001 - any other failure is this object's alone
+            text = "too deep" if isinstance(exc, RecursionError) else str(exc)
+            what = f"{type(exc).__name__}: {excerpt(text, 200)}"
+            if next_row < 0:
+                bad.append(dict(source_key=src.key, source_row=-1, rule="unreadable_object",
+                                message=f"s3://{store.bucket}/{src.key}: reading it failed "
+                                f"({what}); nothing of it was published"))
+            else:
+                bad.append(dict(source_key=src.key, source_row=next_row, rule="unreadable_rest",
+                                message=f"s3://{store.bucket}/{src.key}: rows from "
+                                f"{next_row} on could not be read ({what}); rows before it "
+                                "were checked one by one"))
     written = writer.close()
     if bad:
         key = f"{stage}quarantine/t{task:05d}-a{attempt}.arrow"
@@ -118,11 +145,17 @@ def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataSha
         return
     try:
         rid, label, pixels = norm.normalise(rec.id, rec.label, rec.image)
-    except RowError as exc:
-        rule, why = exc.rule, exc.message
+    except Exception as exc:   # noqa: BLE001 - a RowError, or anything a hostile value raises
+        if isinstance(exc, RowError):
+            rule, why = exc.rule, exc.message
+        else:
+            rule, why = "unexpected_value", (
+                f"checking the row raised {type(exc).__name__} "
+                f"({excerpt(str(exc), 120) if not isinstance(exc, RecursionError) else ''}); "
+                f"id {excerpt(rec.id, 40)}, label {excerpt(rec.label, 40)}")
         if rec.tail_cut:
             rule, why = "truncated_file", f"the last row has no final newline (cut-off " \
-                f"upload?) and fails {exc.rule}: {exc.message}"
+                f"upload?) and fails {rule}: {why}"
         bad.append(dict(source_key=src.key, source_row=rec.row, id=_str(rec.id),
                         label=_str(rec.label), rule=rule,
                         message=f"{src.key} row {rec.row}: {why}", raw=rec.raw))
@@ -131,9 +164,11 @@ def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataSha
 
 
 def _str(value: object) -> str | None:
+    """The id/label as stored in a quarantine row: a short printable excerpt (never the
+    whole of a huge value, never ``str()`` of a huge int, which raises)."""
     if value is None:
         return None
-    return str(value)[:256]
+    return value[:256] if isinstance(value, str) and value.isprintable() else excerpt(value, 256)
 
 
 def _metadata(writer: DataShardWriter, bad: list[dict], written: list[WrittenShard]

@@ -6,7 +6,15 @@ A reader yields :class:`Record` (a row that parsed: id, label and image still ra
 at all raises :class:`Unreadable`; the converter then quarantines the whole object as one
 row with ``source_row = -1``. Row indices are 0-based positions within the object (the line
 for JSONL, the data row for CSV, the table row for Parquet and Zarr, 0 for an image file),
-so a person can find the row again. A slice of a large object (``split``) numbers
+so a person can find the row again.
+
+Limits (``limits``) are applied here before parsing: a JSONL line longer than
+``max_row_bytes`` or nested deeper than ``max_json_depth`` is a :class:`Problem` without
+ever reaching ``json.loads``; a CSV record longer than ``max_row_bytes`` likewise. An
+object with no rows at all (0 bytes, blank lines only, a CSV header alone, a Parquet file of
+0 rows) is :class:`Unreadable` with rule ``empty_object``, so it is recorded like any other
+object; a header that names one column twice (CSV or Parquet) is ``duplicate_column``:
+which of the two a row means cannot be known. A slice of a large object (``split``) numbers
 its rows the same way, and never raises :class:`Unreadable`: only an object that could be
 planned is sliced, so "cannot be read at all" stays one row per object.
 """
@@ -29,6 +37,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectChanged, StoreError
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Source
+from shardline.tasks.convert.limits import excerpt, json_depth_exceeds, limits_for
 from shardline.tasks.convert.split import Part, RangedObject
 
 ZARR_CHUNK_ROWS = 4096
@@ -88,15 +97,25 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
                ) -> Iterator[Record | Problem]:
     """Lines of ``data``; ``first_row`` is the line number of its first line within the
     object (non-zero for a slice), so rows are numbered as in the whole object."""
+    lim = limits_for(cfg)
     lines = data.split(b"\n")
     last = len(lines) - 1
     for j, line in enumerate(lines):
         if not line.strip():
             continue
         i = first_row + j
+        if len(line) > lim.max_row_bytes:
+            yield Problem(i, "row_too_large", f"line {i} is {len(line)} bytes; the limit is "
+                          f"{lim.max_row_bytes} (limits.max_row_bytes); not parsed", line[:256])
+            continue
+        if json_depth_exceeds(line, lim.max_json_depth):
+            yield Problem(i, "too_deeply_nested", f"line {i} nests objects/arrays more than "
+                          f"{lim.max_json_depth} levels deep (limits.max_json_depth); not "
+                          f"parsed: {excerpt(line, 60)}", line[:256])
+            continue
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             cut = j == last and not data.endswith(b"\n")
             rule = "truncated_file" if cut else "unparseable_record"
             why = "the last line is cut off (no newline, invalid JSON)" if cut else \
@@ -117,20 +136,30 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise Unreadable("unreadable_object", f"not UTF-8 text: {exc}") from exc
-    csv.field_size_limit(1 << 30)
+    lim = limits_for(cfg)
+    csv.field_size_limit(lim.max_row_bytes)
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
     except StopIteration:
-        return
+        raise Unreadable("empty_object", "the CSV object is empty (no header, no rows)") \
+            from None
     except csv.Error as exc:
         raise Unreadable("unreadable_object", f"bad CSV header: {exc}") from exc
+    _no_duplicate_columns(header, "CSV header")
     width = len(header)
     col = {name: j for j, name in enumerate(header)}
     ends_cleanly = text.endswith("\n")
     rows = list(_csv_rows(reader))
+    if not rows:
+        raise Unreadable("empty_object", "the CSV object has a header "
+                         f"({excerpt(','.join(header))}) but no rows")
     for i, (fields, err) in enumerate(rows):
         raw = ",".join(fields).encode()[:4096] if fields else None
+        if err is not None and "field larger than field limit" in err:
+            yield Problem(i, "row_too_large", f"a field of record {i} is over "
+                          f"{lim.max_row_bytes} bytes (limits.max_row_bytes)", raw)
+            continue
         if err is not None or len(fields) != width:
             cut = i == len(rows) - 1 and not ends_cleanly
             why = err or f"expected {width} fields ({','.join(header)}), got {len(fields)}"
@@ -141,6 +170,15 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
 
         yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw,
                      tail_cut=i == len(rows) - 1 and not ends_cleanly)
+
+
+def _no_duplicate_columns(names: list[str], where: str) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise Unreadable("duplicate_column",
+                         f"the {where} names column(s) {dupes} more than once "
+                         f"({excerpt(','.join(names))}); which one a row means is ambiguous: "
+                         "rename or drop the extra column and upload again")
 
 
 def _csv_rows(reader: Any) -> Iterator[tuple[list[str], str | None]]:
@@ -155,10 +193,17 @@ def _csv_rows(reader: Any) -> Iterator[tuple[list[str], str | None]]:
 
 def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        names = pq.ParquetFile(pa.BufferReader(data)).schema_arrow.names
     except (pa.ArrowInvalid, OSError) as exc:
         rule = "truncated_file" if not data.endswith(b"PAR1") else "unreadable_object"
         raise Unreadable(rule, f"not a readable Parquet file: {exc}") from exc
+    _no_duplicate_columns(names, "Parquet schema")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise Unreadable("unreadable_object", f"not a readable Parquet file: {exc}") from exc
+    if table.num_rows == 0:
+        raise Unreadable("empty_object", "the Parquet file holds 0 rows")
     yield from _parquet_records(table, cfg)
 
 
@@ -185,8 +230,16 @@ def read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
     row = part.first_row
     try:
         with pq.ParquetFile(RangedObject(store, part.key, part.source.size, part.etag)) as pf:
+            all_names = pf.schema_arrow.names
+            dupes = sorted({n for n in all_names if all_names.count(n) > 1})
+            if dupes:   # judged as a whole-object read judges it, row by row here
+                for i in range(sum(pf.metadata.row_group(g).num_rows
+                                   for g in range(part.start, part.stop))):
+                    yield Problem(row + i, "duplicate_column",
+                                  f"the Parquet schema names column(s) {dupes} more than once")
+                return
             names = [n for n in (cfg.id_column, cfg.label_column, cfg.image.column)
-                     if n in pf.schema_arrow.names]
+                     if n in all_names]
             for g in range(part.start, part.stop):
                 rows = pf.metadata.row_group(g).num_rows
                 try:

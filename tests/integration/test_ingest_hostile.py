@@ -1,0 +1,133 @@
+"""Containment end to end (issue 11, items 1, 3, 8): hostile rows and objects in one drop
+end as quarantine rows, the rest publishes, every input row exactly once; a batch that
+cannot pass is set aside after two strikes and never blocks a later clean upload.
+
+Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectations, Arrow.
+``ingest_once`` wires the stages as ``flows/ingest.py`` does, strikes included.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+
+import pytest
+
+from shardline.core.errors import ValidationFailed
+from shardline.core.manifest import latest_manifest
+from shardline.core.store import ObjectStore
+from shardline.infra.demo_data import csv_bytes, digits, jsonl_bytes, parquet_bytes
+from shardline.tasks import setaside
+from shardline.tasks.convert.stage import convert
+from shardline.tasks.detect import detect
+from shardline.tasks.publish import Published, publish
+from shardline.tasks.validate import require_success, validate
+from tests.integration.ingest_helpers import assert_exactly_once, dataset_config
+from tests.unit.test_containment import png_bomb
+
+IN = "incoming/digits/"
+pytestmark = pytest.mark.chaos
+
+
+def ingest_once(store: ObjectStore, cfg, spark) -> Published | None:
+    """detect -> convert -> validate -> publish with the flow's strike recording."""
+    batch = detect(store, cfg)
+    if batch is None:
+        return None
+    run_id = uuid.uuid4().hex[:12]
+    try:
+        conv = convert(store, cfg, spark, batch, run_id, latest_manifest(store, cfg.prefix))
+    except Exception as exc:
+        setaside.record_conversion_failure(store, cfg, batch, run_id, exc)
+        raise
+    report = validate(store, cfg, conv)
+    if not report.success:
+        setaside.record_validation_failure(store, cfg, batch, run_id, conv.rows,
+                                           report.failure_message())
+    require_success(report, batch.id)
+    return publish(store, cfg, conv, report)
+
+
+def line(rid: str, label: object, image: str) -> str:
+    return json.dumps({"id": rid, "label": label, "image": image})
+
+
+def test_every_found_hostile_case_is_quarantined_and_the_rest_publishes(store, spark):
+    cfg = dataset_config()
+    good = digits(0, 60)
+    img = good[0].b64()
+    bomb_b64 = base64.b64encode(png_bomb(100_000, 100_000)).decode()
+    hostile_lines = [
+        line("sup2", "²", img),                                    # isdigit, int() fails
+        '{"id": "big-int", "label": ' + "9" * 400 + ', "image": "' + img + '"}',
+        '{"id": "deep", "label": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        line("bomb", 1, bomb_b64),                                 # decompression bomb
+        line("long-id" + "x" * 2000, 1, img),
+    ]
+    store.put_bytes(f"{IN}a.jsonl", jsonl_bytes(good[:30]) +
+                    ("\n".join(hostile_lines) + "\n").encode())
+    csv_text = csv_bytes(good[30:50]).decode() + f"huge-label,{'7' * 5000},{img}\n"
+    store.put_bytes(f"{IN}b.csv", csv_text.encode())
+    store.put_bytes(f"{IN}dup.csv", b"id,id,label,image\n" + f"q1,q2,1,{img}\n".encode())
+    store.put_bytes(f"{IN}empty.jsonl", b"")
+    store.put_bytes(f"{IN}blank.jsonl", b"\n \n")
+    store.put_bytes(f"{IN}header-only.csv", b"id,label,image\n")
+    store.put_bytes(f"{IN}c.parquet", parquet_bytes(good[50:]))
+    store.put_bytes(f"{IN}imgs/3/bomb.png", png_bomb(50_000, 50_000))
+    pub = ingest_once(store, cfg, spark)
+    assert pub is not None and pub.created
+    m = latest_manifest(store, cfg.prefix)
+    assert_exactly_once(store, m, [d.id for d in good], [
+        ("sup2", "unknown_label"), ("big-int", "unknown_label"),
+        ("a.jsonl", "too_deeply_nested"), ("bomb", "image_too_large"),
+        ("a.jsonl", "id_too_long"), ("huge-label", "label_too_long"),
+        ("dup.csv", "duplicate_column"), ("empty.jsonl", "empty_object"),
+        ("blank.jsonl", "empty_object"), ("header-only.csv", "empty_object"),
+        ("bomb.png", "image_too_large"),
+    ])
+    assert detect(store, cfg) is None          # nothing hostile is detected again
+
+
+def test_a_batch_of_only_empty_objects_is_recorded_once(store, spark):
+    cfg = dataset_config()
+    store.put_bytes(f"{IN}e1.jsonl", b"")
+    store.put_bytes(f"{IN}e2.csv", b"id,label,image\n")
+    with pytest.raises(ValidationFailed):
+        ingest_once(store, cfg, spark)
+    assert detect(store, cfg) is None          # set aside at once: no later run redoes it
+    aside = setaside.set_aside(store, cfg)
+    assert {k for k, _ in aside} == {f"{IN}e1.jsonl", f"{IN}e2.csv"}
+    assert all("empty_object" in why or "validate" in why for why in aside.values())
+
+
+def test_a_poisoned_batch_is_set_aside_and_a_later_clean_upload_publishes(store, spark):
+    cfg = dataset_config()
+    bad = "\n".join(line(f"b{i}", "fish", digits(0, 1)[0].b64()) for i in range(20)) + "\n"
+    store.put_bytes(f"{IN}bad.jsonl", bad.encode())       # 100 % quarantined: over the gate
+    with pytest.raises(ValidationFailed):
+        ingest_once(store, cfg, spark)
+    good = digits(0, 10)
+    store.put_bytes(f"{IN}good.jsonl", jsonl_bytes(good))  # arrives after the bad drop
+    with pytest.raises(ValidationFailed):                  # bad + good: 67 % bad, over the gate
+        ingest_once(store, cfg, spark)
+    pub = ingest_once(store, cfg, spark)                   # bad has 2 strikes: set aside
+    assert pub is not None and pub.created and pub.rows_published == 10
+    m = latest_manifest(store, cfg.prefix)
+    assert_exactly_once(store, m, [d.id for d in good], [])
+    assert set(setaside.set_aside(store, cfg)) == {(f"{IN}bad.jsonl",
+                                                    store.head(f"{IN}bad.jsonl").etag)}
+    assert detect(store, cfg) is None
+
+
+def test_conversion_failures_are_strikes_against_every_source(store):
+    cfg = dataset_config()
+    from shardline.tasks.batch import Batch, Source
+    batch = Batch("b1", (Source(f"{IN}x.jsonl", "e1", 5, "jsonl"),
+                         Source(f"{IN}y.csv", "e2", 5, "csv")))
+    setaside.record_conversion_failure(store, cfg, batch, "r1", RuntimeError("worker died"))
+    assert setaside.set_aside(store, cfg) == {}
+    setaside.record_conversion_failure(store, cfg, batch, "r2", RuntimeError("worker died"))
+    aside = setaside.set_aside(store, cfg)
+    assert set(aside) == {(f"{IN}x.jsonl", "e1"), (f"{IN}y.csv", "e2")}
+    assert "worker died" in aside[(f"{IN}x.jsonl", "e1")]
