@@ -18,10 +18,10 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists
 from shardline.core.manifest import BatchEntry, latest_manifest, read_manifest
-from shardline.core.schema import batch_claim_key
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.shard_writer import encode_ipc
@@ -34,7 +34,7 @@ def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, st
     """(key, ETag) of every source that entered a published version."""
     claimed: set[tuple[str, str]] = set()
     ledger_ids: set[str] = set()
-    for o in store.list(f"{cfg.prefix}/batches/"):
+    for o in store.list(layout.batches_prefix(cfg.prefix)):
         if not o.key.endswith(".json"):
             continue
         doc = store.get_json(o.key)
@@ -60,7 +60,7 @@ def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: i
     }
     # ObjectExists: a racing publisher (or an earlier attempt) wrote the same record
     with contextlib.suppress(ObjectExists):
-        store.put_bytes(batch_claim_key(cfg.prefix, batch.id),
+        store.put_bytes(layout.batch_claim_key(cfg.prefix, batch.id),
                         json.dumps(doc, indent=1).encode(), if_none_match=True,
                         content_type="application/json")
 

@@ -14,9 +14,9 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.manifest import latest_manifest
-from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
     now = now or datetime.now(UTC)
     cutoff = now - timedelta(minutes=cfg.sweep_after_minutes)
     runs: dict[str, list] = {}
-    root = staging_prefix(cfg.prefix)
+    root = layout.staging_prefix(cfg.prefix)
     for o in store.list(root):
         run = o.key[len(root):].split("/", 1)[0]
         runs.setdefault(run, []).append(o)
@@ -51,7 +51,7 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
         live.update(s.path for s in latest.shards)
         live.update(s.path for s in latest.quarantine.get("shards", []))
         live.update(b.ids_path for b in latest.batches)
-    orphans = [o.key for folder in ("shards/", "quarantine/", "ids/")
+    orphans = [o.key for folder in layout.SWEPT_FOLDERS
                for o in store.list(f"{cfg.prefix}/{folder}")
                if o.key not in live and o.last_modified < cutoff]
     store.delete(orphans)

@@ -28,9 +28,10 @@ import re
 
 _VERSION_RE = re.compile(r"/versions/v(\d{6})\.json$")
 
-# Folders whose objects are referenced by version documents: what the sweep may remove once
-# nothing references them (and they are old enough).
-REFERENCED_FOLDERS = ("shards/", "quarantine/", "ids/", "manifests/")
+# Folders of objects that version documents reference; the sweep removes old objects there
+# that the latest version does not reference. (``manifests/`` is not swept yet: older
+# versions' checkpoints stay referenced by their documents.)
+SWEPT_FOLDERS = ("shards/", "quarantine/", "ids/")
 
 
 # -- versions ---------------------------------------------------------------------------
@@ -122,6 +123,11 @@ def staged_data_key(prefix: str, run_id: str, label: int | None, task: int, seq:
 
 def staged_quarantine_key(prefix: str, run_id: str, task: int, attempt: int) -> str:
     return f"{prefix}/staging/{run_id}/quarantine/t{task:05d}-a{attempt}.arrow"
+
+
+def staged_rewrite_key(staged_key: str) -> str:
+    """Where a staged data shard goes when rewritten without its duplicate rows."""
+    return staged_key.removesuffix(".arrow") + "-dedup.arrow"
 
 
 def staged_duplicates_key(prefix: str, run_id: str) -> str:

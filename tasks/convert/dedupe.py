@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.store import ObjectStore
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
@@ -55,7 +56,7 @@ def find_duplicates(ok: pa.Table, published: pa.Array) -> list[Duplicate]:
     return out
 
 
-def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, stage: str, ok: pa.Table,
+def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: pa.Table,
                       dups: list[Duplicate], shards: list[WrittenShard]
                       ) -> tuple[list[WrittenShard], WrittenShard]:
     """Rewrite the staged data shards that hold duplicates (without them) and write one
@@ -82,12 +83,13 @@ def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, stage: str, ok: pa
                                   value_set=pa.array(sorted(drop[s.path]), pa.int64())))
         kept = table.filter(keep)
         if kept.num_rows:
-            out.append(put_shard(store, s.path.replace(".arrow", "-dedup.arrow"), kept,
+            out.append(put_shard(store, layout.staged_rewrite_key(s.path), kept,
                                  kind="data", compression=cfg.shards.compression,
                                  record_batch_rows=cfg.shards.record_batch_rows, label=s.label))
         store.delete([s.path])
     log.info("quarantined %d duplicate id(s); rewrote %d staged shard(s)", len(dups), len(drop))
-    q = put_shard(store, f"{stage}quarantine/duplicates.arrow", quarantine_table(qrows),
+    q = put_shard(store, layout.staged_duplicates_key(cfg.prefix, run_id),
+                  quarantine_table(qrows),
                   kind="quarantine", compression=cfg.shards.compression,
                   record_batch_rows=cfg.shards.record_batch_rows)
     return out, q

@@ -26,7 +26,6 @@ import pyarrow.compute as pc
 
 from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.manifest import Manifest
-from shardline.core.schema import staging_prefix
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
@@ -136,7 +135,7 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     status = rows.column("status").to_pylist()
     rule = rows.column("rule").to_pylist()
     if dups:
-        data, dq = remove_duplicates(store, cfg, staging_prefix(cfg.prefix, run_id), ok, dups,
+        data, dq = remove_duplicates(store, cfg, run_id, ok, dups,
                                      data)
         quarantine.append(dq)
         ok_positions = [i for i, s in enumerate(status) if s == "ok"]

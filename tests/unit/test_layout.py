@@ -32,7 +32,10 @@ def test_every_key_lives_under_the_dataset_prefix_in_its_folder() -> None:
     for folder, ks in keys.items():
         assert all(k.startswith(f"{P}/{folder}") for k in ks), (folder, ks)
     assert layout.staged_data_key(P, "r", 2, 1, 0, 3).startswith(layout.staging_prefix(P, "r"))
-    assert set(layout.REFERENCED_FOLDERS) <= set(keys)
+    assert set(layout.SWEPT_FOLDERS) <= set(keys)
+    staged = layout.staged_data_key(P, "r", None, 1, 0, 0)
+    assert layout.staged_rewrite_key(staged).startswith(staged.removesuffix(".arrow"))
+    assert layout.staged_rewrite_key(staged) != staged
 
 
 def test_keys_a_racing_publisher_could_write_carry_the_run_id() -> None:
