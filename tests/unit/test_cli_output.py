@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 
@@ -41,3 +43,21 @@ def test_unexpected_errors_name_their_type_and_point_at_debug() -> None:
 def test_version_ranges() -> None:
     assert _ranges([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
     assert _ranges([4]) == "4"
+
+
+def test_status_in_a_pipe_prints_every_value_in_full(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    from shardline.cli.stack_cmds import _print_status
+
+    log = str(tmp_path / ("a-long-folder-name" * 5) / "s3.log")
+    st = {"home": str(tmp_path), "started_at": "2026-11-23T16:00:00+00:00", "phase": "up",
+          "services": {"s3": {"alive": True, "healthy": True, "pid": 2345678,
+                              "url": "http://127.0.0.1:9310", "log": log}},
+          "s3_endpoint": "http://127.0.0.1:9310", "bucket": "shardline",
+          "prefect_api_url": "http://127.0.0.1:4200/api",
+          "prefect_ui_url": "http://127.0.0.1:4200", "spark_remote": "sc://127.0.0.1:15002",
+          "database": "postgresql"}
+    _print_status(st)
+    out = capsys.readouterr().out.splitlines()
+    assert f"s3\thealthy\t2345678\thttp://127.0.0.1:9310\t{log}" in out
+    assert "Prefect API\thttp://127.0.0.1:4200/api" in out
