@@ -141,6 +141,8 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
         except ObjectExists:
             log.info("version %d was taken by a concurrent publisher (attempt %d); retrying",
                      draft.doc.version, attempt + 1)
+            if draft.new_checkpoint:      # no document references it (the batch list is
+                store.delete([draft.new_checkpoint])   # reused by the next attempt)
             continue
         log.info("published %s version %d: %d new rows in %d shards (%d rows total)",
                  cfg.name, m.version, m.new_rows, len(m.new_shards), m.rows)

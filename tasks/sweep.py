@@ -1,10 +1,12 @@
 """Sweep: remove what crashed or losing runs left behind, once it is old enough.
 
 - ``staging/<run>/`` folders whose newest object is older than ``sweep_after_minutes``;
-- objects under ``shards/``, ``quarantine/`` and ``ids/`` that the latest manifest does not
-  name (copies of a run that crashed before its commit, or lost a race) and are older than
-  the same age. Manifests are cumulative, so the latest one names every live file; young
-  files are left alone because a publisher may be about to commit them.
+- objects under ``shards/``, ``quarantine/``, ``ids/`` and batch lists under
+  ``manifests/`` that the latest version does not name (copies of a run that crashed before
+  its commit, or lost a race) and are older than the same age. The latest version names
+  every live file (its batch lists name every live shard; no batch is ever removed yet);
+  young files are left alone because a publisher may be about to commit them. Checkpoints
+  are kept: older versions' documents reference them.
 Readers never list these folders, so sweeping changes nothing they can see.
 """
 
@@ -51,8 +53,11 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
         live.update(s.path for s in latest.shards)
         live.update(s.path for s in latest.quarantine.get("shards", []))
         live.update(b.ids_path for b in latest.batches)
-    orphans = [o.key for folder in layout.SWEPT_FOLDERS
-               for o in store.list(f"{cfg.prefix}/{folder}")
+        if latest.format == 2:     # batch lists are never replaced: the latest names all
+            live.update(r.key for r in latest.batch_lists)
+    prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
+    prefixes.append(layout.batch_lists_prefix(cfg.prefix))
+    orphans = [o.key for p in prefixes for o in store.list(p)
                if o.key not in live and o.last_modified < cutoff]
     store.delete(orphans)
     if stale_runs or orphans:

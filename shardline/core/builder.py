@@ -95,6 +95,12 @@ class VersionDraft:
         return [k for k in self.objects if k not in shared]
 
     @property
+    def new_checkpoint(self) -> str | None:
+        """The key of the checkpoint this draft writes, if it writes one."""
+        ck = self.doc.checkpoint
+        return ck.key if ck is not None and ck.key in self.objects else None
+
+    @property
     def body(self) -> bytes:
         return encode(self.doc.to_dict())
 

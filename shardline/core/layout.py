@@ -54,6 +54,10 @@ def manifests_prefix(prefix: str) -> str:
     return f"{prefix}/manifests/"
 
 
+def batch_lists_prefix(prefix: str) -> str:
+    return f"{prefix}/manifests/batch="
+
+
 def batch_list_key(prefix: str, batch_id: str, run_id: str) -> str:
     return f"{prefix}/manifests/batch={batch_id}-{run_id}.json"
 

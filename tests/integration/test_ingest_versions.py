@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from shardline.core import layout
+from shardline.core.builder import write_objects
 from shardline.core.errors import ValidationFailed
 from shardline.core.manifest import latest_manifest, list_versions, read_manifest
 from shardline.core.schema import staging_prefix
@@ -144,9 +146,11 @@ def test_a_reader_never_sees_a_version_whose_shards_are_missing(store, spark, mo
     store.put_bytes(f"{IN}p1.jsonl", jsonl_bytes(digits(0, 100)))
     conv, report = _staged(store, cfg, spark)
 
-    # Crash after the shards are copied, before the version commit (fault injection in
-    # our own code; the S3 server is real): no version may appear.
-    def crash(*args, **kwargs):
+    # Crash after the shards are copied and the batch list written, before the version
+    # document (fault injection in our own code; the S3 server is real): no version may
+    # appear.
+    def crash(store_, draft):
+        write_objects(store_, draft)
         raise RuntimeError("simulated crash before commit")
 
     monkeypatch.setattr(publish_mod, "commit_version", crash)
@@ -155,6 +159,7 @@ def test_a_reader_never_sees_a_version_whose_shards_are_missing(store, spark, mo
     monkeypatch.undo()
     assert list_versions(store, cfg.prefix) == []
     assert list(store.list(f"{cfg.prefix}/shards/")), "the crash left copied shards behind"
+    assert list(store.list(layout.batch_lists_prefix(cfg.prefix))), "and its batch list"
 
     # A reader polls while a real publish runs: every version it sees is complete.
     seen, stop = [], threading.Event()
@@ -182,5 +187,7 @@ def test_a_reader_never_sees_a_version_whose_shards_are_missing(store, spark, mo
     assert result.orphans > 0 and result.staging_runs == 1
     m = latest_manifest(store, cfg.prefix)
     assert {o.key for o in store.list(f"{cfg.prefix}/shards/")} == {s.path for s in m.shards}
+    assert {o.key for o in store.list(layout.batch_lists_prefix(cfg.prefix))} == \
+        {r.key for r in m.batch_lists}
     assert published_rows(store, m).num_rows == 100
     assert sweep(store, cfg, now=later).orphans == 0
