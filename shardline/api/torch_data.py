@@ -114,6 +114,7 @@ class TorchLoader:
             if i >= self._skip:
                 self._skip = i + 1
                 yield batch
+        self._skip = 0       # a finished pass: the next iteration starts over
 
     def state_dict(self) -> dict[str, Any]:
         if self._loader is not None:

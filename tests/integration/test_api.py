@@ -141,6 +141,14 @@ def test_torch_splits_and_fixed_order(published: Published, store: ObjectStore) 
     with ds.torch_loader(batch_size=100, shuffle=False) as fixed:
         ordered = _keys(list(fixed))
     assert sorted(ordered) == sorted(_keys(list(ds.torch_loader(batch_size=100))))
+    with ds.torch_loader(batch_size=100, shuffle=False) as fixed:   # resume, fixed order
+        it = iter(fixed)
+        head = [next(it) for _ in range(3)]
+        state = fixed.state_dict()
+    with ds.torch_loader(batch_size=100, shuffle=False) as again:
+        again.load_state_dict(state)
+        assert _keys(head) + _keys(list(again)) == ordered
+        assert _keys(list(again)) == ordered                         # a new pass starts over
 
 
 def test_torch_iterable_dataset_with_a_dataloader(published: Published,
