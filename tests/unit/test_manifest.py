@@ -147,3 +147,19 @@ def test_draft_reads_as_the_committed_version() -> None:
                           validation=ValidationSummary(success=True))
     seen = draft.manifest()                  # before the commit: no bucket write needed
     assert [s.path for s in seen.shards] == [s.path for s in bucket.commit(draft).shards]
+
+
+def test_draft_names_the_objects_only_its_run_writes() -> None:
+    bucket, ms = history(10)
+    draft = build_version(PREFIX, dataset="toy", schema=SCHEMA, config={"name": "toy"},
+                          parent=ms[-1], batch=new_batch(11),
+                          validation=ValidationSummary(success=True))
+    assert draft.new_checkpoint == layout.checkpoint_key(PREFIX, 10, "run11")
+    assert sorted(draft.run_objects) == sorted(
+        [layout.batch_list_key(PREFIX, new_batch(11).id, "run11"), draft.new_checkpoint])
+    assert draft.doc.schema.key in draft.objects and draft.doc.schema.key not in \
+        draft.run_objects                 # shared, content-addressed: never deleted
+    plain = build_version(PREFIX, dataset="toy", schema=SCHEMA, config={"name": "toy"},
+                          parent=ms[4], batch=new_batch(6),
+                          validation=ValidationSummary(success=True))
+    assert plain.new_checkpoint is None
