@@ -58,7 +58,7 @@ def _counts(s: SnapshotSummary) -> str:
 def _table(st: dict[str, Any]) -> Table:
     table = Table(show_edge=False)
     for col in ("service", "state", "pid", "url"):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, overflow="fold")   # never cut a value with an ellipsis
     table.add_column("log", overflow="fold")
     for name, s in st["services"].items():
         state = ("[green]healthy[/]" if s["healthy"] else "[yellow]not answering[/]") \
