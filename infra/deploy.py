@@ -90,7 +90,6 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
     env.update(
         PREFECT_API_URL=spec.api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        SHARDLINE_PROJECT_DIR=str(PROJECT_DIR),
         SHARDLINE_CONFIG=str(Path(spec.config).resolve()),
         SHARDLINE_DATASET=cfg.dataset.name, SHARDLINE_BUCKET=store.bucket,
         SHARDLINE_INCOMING=cfg.dataset.incoming,

@@ -264,6 +264,35 @@ def test_failed_service_stops_the_others(tmp_path: Path, stacks: Stacks) -> None
     assert all(procs.port_free(p) for p in cfg.ports.values())
 
 
+def _deployments_name_no_host_path_and_run(state: stack.StackState) -> None:
+    """`up` deployed the flows from prefect.yaml: module entrypoints, no pull step, so no
+    folder of this machine in a deployment (but the config parameter, a path until the
+    flows take it by value); and the worker runs one from the installed package."""
+    import time
+
+    import httpx
+
+    project = str(Path(stack.__file__).resolve().parents[1])
+    api = state.prefect_api_url
+    deps = httpx.post(f"{api}/deployments/filter", json={}).json()
+    assert sorted(d["name"] for d in deps) == [
+        "ingest-nightly", "ingest-on-upload", "train-on-publish"]
+    for d in deps:
+        assert d["entrypoint"] in ("shardline.flows.ingest:ingest", "shardline.flows.train:train")
+        assert d["pull_steps"] == [] and not d["path"], d["name"]
+        rest = {k: v for k, v in d.items() if k not in ("parameters", "parameter_openapi_schema")}
+        assert project not in json.dumps(rest), d["name"]
+    nightly = next(d for d in deps if d["name"] == "ingest-nightly")
+    run = httpx.post(f"{api}/deployments/{nightly['id']}/create_flow_run", json={}).json()
+    deadline, state_type = time.monotonic() + 240, None
+    while time.monotonic() < deadline:
+        state_type = httpx.get(f"{api}/flow_runs/{run['id']}").json()["state"]["type"]
+        if state_type in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            break
+        time.sleep(1)
+    assert state_type == "COMPLETED", state_type  # nothing new: the flow ran and returned
+
+
 def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks,
                                             tmp_path: Path, cli: typer.Typer) -> None:
     home_b = tmp_path / "stack-b"
@@ -285,6 +314,7 @@ def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks
     assert state_a is not None and state_b is not None
     assert {s.pid for s in state_a.services.values()}.isdisjoint(
         s.pid for s in state_b.services.values())
+    _deployments_name_no_host_path_and_run(state_b)
     s3(state_b).put_object(Bucket="other-bucket", Key="only-in-b", Body=b"b")
     names_a = [b["Name"] for b in s3(state_a).list_buckets()["Buckets"]]
     assert "other-bucket" not in names_a
