@@ -5,6 +5,8 @@ history was written in format 1 keeps loading and grows in format 2."""
 from __future__ import annotations
 
 import json
+import statistics
+import time
 
 from shardline.core import layout
 from shardline.core.manifest import Manifest, list_versions, read_manifest
@@ -29,14 +31,21 @@ def _doc_bytes(store: ObjectStore, prefix: str, v: int) -> int:
 def test_twelve_versions_small_documents_exact_shard_sets(store, spark) -> None:
     cfg = dataset_config()
     added: dict[int, list[str]] = {}
+    wall: dict[int, float] = {}
     for i in range(12):
         _upload(store, i)
+        t0 = time.perf_counter()
         pub = run_pipeline(store, cfg, spark)
+        wall[i + 1] = time.perf_counter() - t0
         assert pub is not None and pub.created and pub.version == i + 1
         added[pub.version] = [s.path for s in pub.new_shards]
     assert list_versions(store, cfg.prefix) == list(range(1, 13))
     sizes = {v: _doc_bytes(store, cfg.prefix, v) for v in range(1, 13)}
     print("version document bytes:", sizes)
+    # reported, not asserted (wall time on a shared machine): the issue's bar is <= 1.3x
+    print("ingest wall s:", {v: round(t, 2) for v, t in wall.items()}, "median 10-12 / 2-4:",
+          round(statistics.median([wall[v] for v in (10, 11, 12)])
+                / statistics.median([wall[v] for v in (2, 3, 4)]), 2))
     assert sizes[12] <= 2.0 * sizes[2], sizes
 
     for v in range(1, 13):
