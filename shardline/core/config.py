@@ -155,7 +155,13 @@ class TrainConfig:
     weight_decay: Float = Field(default=1e-4, ge=0)
     replay_ratio: Float = Field(default=0.4, ge=0.0, lt=1.0)
     holdout_fraction: Float = Field(default=0.15, gt=0.0, lt=1.0)
-    promote_tolerance: Float = Field(default=0.01, ge=0.0, le=1.0)
+    promote_tolerance: Float = Field(
+        default=0.01, ge=0.0, le=1.0,
+        description="held-out accuracy a candidate may lose vs the live and the best "
+                    "promoted model")
+    forget_tolerance: Float = Field(
+        default=0.01, ge=0.0, le=1.0,
+        description="accuracy on earlier data a candidate may lose vs the promoted model")
     seed: Int = 0
     shuffle_window: Positive = 8192
     cache_dir: Str = Field(default=".shardline/cache",
