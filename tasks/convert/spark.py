@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import threading
 from typing import Any
+from urllib.parse import urlparse
 
 from shardline.core.config import SparkSettings
+from shardline.core.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _sessions: dict[tuple[str | None, str], Any] = {}
+
+# pyspark's default Connect retry policy waits at least 10 minutes for a lost server (15
+# retries, back-off x4 up to 60 s). An ingest run should fail within about half a minute
+# instead, naming the server: 50 ms, 0.2, 0.8, 3.2, 10, 10 s of back-off, ~25 s in all.
+CONNECT_RETRIES = 6
+CONNECT_MAX_BACKOFF_MS = 10_000
+PROBE_TIMEOUT_S = 5.0
 
 
 def get_session(settings: SparkSettings) -> Any:
@@ -52,13 +62,36 @@ def _alive(spark: Any) -> bool:
     return True
 
 
+def probe_connect(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail at once, naming the server, when nothing listens at a ``sc://host:port`` URL.
+
+    Raises:
+        ServiceUnavailable: the TCP connect was refused or timed out.
+    """
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 15002
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except OSError as exc:
+        raise ServiceUnavailable(
+            "Spark Connect", url, f"does not answer ({exc.strerror or exc})",
+            "start it (`shardline up`) or point SHARDLINE_SPARK_REMOTE at a running "
+            "Spark Connect server") from exc
+
+
 def _remote(url: str) -> Any:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
+    probe_connect(url)
     log.info("using Spark Connect at %s", url)
     # create(), not getOrCreate(): getOrCreate() hands back the process's default session
     # whatever the URL (a second server, or a new one after a restart, was never reached).
-    return SparkSession.builder.remote(url).create()
+    spark = SparkSession.builder.remote(url).create()
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES,
+                                                   max_backoff=CONNECT_MAX_BACKOFF_MS)])
+    return spark
 
 
 def _local(master: str) -> Any:
@@ -86,9 +119,14 @@ def default_parallelism(spark: Any) -> int:
     """Cores Spark can use; Connect has no SparkContext, so ask the server's config."""
     for key in ("spark.default.parallelism", "spark.master"):
         try:
-            value = spark.conf.get(key)
-        except Exception:  # not set on this server
-            continue
+            value = spark.conf.get(key, None)
+        except Exception as exc:
+            # A key the server does not know reads as None above; anything raised here is
+            # the server itself failing (it went away): say so instead of guessing a default.
+            raise ServiceUnavailable("Spark Connect", "this session's server",
+                                     f"did not answer a read of {key} ({exc})",
+                                     "check the Spark Connect server's log and restart it "
+                                     "(`shardline up`)") from exc
         if key == "spark.default.parallelism" and value:
             return max(1, int(value))
         if key == "spark.master" and value and value.startswith("local["):
