@@ -27,10 +27,14 @@ from shardline.flows.ingest_tasks import (
     load_versions,
     publish_stage,
     sweep_stage,
+    until_published,
     validate_stage,
 )
 from shardline.flows.settings import store_settings
-from shardline.tasks.validate import require_success
+from shardline.tasks.batch import Batch
+from shardline.tasks.convert.stage import Converted
+from shardline.tasks.publish import Published
+from shardline.tasks.validate import ValidationReport, require_success
 
 PUBLISHED_EVENT = "shardline.dataset.published"
 
@@ -84,23 +88,32 @@ def ingest(config: str) -> dict[str, Any]:
     if not isinstance(progress, uuid.UUID):   # a coroutine only for an async caller
         raise TypeError(f"create_progress_artifact returned {type(progress).__name__}")
     sweep_stage(cfg, store, run_id)
-    batch = detect_stage(cfg, store)
-    if batch is None:
+
+    def attempt(i: int) -> tuple[Batch, Converted, ValidationReport, Published] | None:
+        """One pass; a lost publish race (PublishConflict) starts another from detect, which
+        then sees what the racer published as claimed (``until_published``)."""
+        batch = detect_stage(cfg, store)
+        if batch is None:
+            return None
+        update_progress_artifact(progress, 20.0)
+        conv = convert_stage(cfg, store, spark, batch, run_id if i == 0 else f"{run_id}r{i}")
+        update_progress_artifact(progress, 60.0)
+        report = validate_stage(cfg, store, conv)
+        update_progress_artifact(progress, 75.0)
+        if not report.success:
+            publish_ingest_artifacts(cfg.name, [], report, batch.id, None,
+                                     conv.quarantine_examples())
+        require_success(report, batch.id)   # a failed suite fails the run; nothing published
+        return batch, conv, report, publish_stage(cfg, store, conv, report)
+
+    done = until_published(attempt)
+    if done is None:
         update_progress_artifact(progress, 100.0)
         msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
         log.info(msg)
         name_run(f"ingest-{cfg.name}-nothing-new")
         return IngestResult(cfg.name, None, message=msg).to_dict()
-    update_progress_artifact(progress, 20.0)
-    conv = convert_stage(cfg, store, spark, batch, run_id)
-    update_progress_artifact(progress, 60.0)
-    report = validate_stage(cfg, store, conv)
-    update_progress_artifact(progress, 75.0)
-    if not report.success:
-        publish_ingest_artifacts(cfg.name, [], report, batch.id, None,
-                                 conv.quarantine_examples())
-    require_success(report, batch.id)   # a failed suite fails the run; nothing is published
-    pub = publish_stage(cfg, store, conv, report)
+    batch, conv, report, pub = done
     update_progress_artifact(progress, 90.0)
     publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
                              pub.version, conv.quarantine_examples())

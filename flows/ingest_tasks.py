@@ -9,6 +9,9 @@ and converts what is still unpublished (see ``flows/ingest.py``)."""
 
 from __future__ import annotations
 
+import logging
+import random
+import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -38,6 +41,33 @@ from shardline.tasks.convert import stage as convert_mod
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+# Racing ingests of different uploads: each lost race re-detects (what the winner published
+# is claimed now) and converts only the rest. Backoff 1, 2, 4, 8, 16 s (x 0.5-1.5 jitter),
+# so N racers spread out; more attempts than racers a person would start at once.
+CONFLICT_ATTEMPTS = 8
+CONFLICT_BACKOFF_S = 1.0
+_log = logging.getLogger(__name__)
+
+
+def until_published(attempt: Callable[[int], T], attempts: int = CONFLICT_ATTEMPTS,
+                    backoff_s: float = CONFLICT_BACKOFF_S, seed: int | None = None) -> T:
+    """Run ``attempt(i)`` (detect -> convert -> validate -> publish) until it does not lose a
+    race: on :class:`PublishConflict` wait (exponential backoff with jitter) and run it
+    again from detect. Any other error goes to the caller at once."""
+    rng = random.Random(seed)
+    for i in range(attempts):
+        try:
+            return attempt(i)
+        except PublishConflict as exc:
+            if i == attempts - 1:
+                raise
+            delay = min(backoff_s * 2 ** i, 30.0) * rng.uniform(0.5, 1.5)
+            _log.warning("attempt %d lost a publish race (%s); re-detecting in %.1fs",
+                         i + 1, str(exc)[:200], delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
