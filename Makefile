@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-fast lint up down status bench browser-deps clean
+.PHONY: setup demo test test-fast lint up down status bench browser-deps clean chaos
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ browser-deps:
 	      apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "chromium/chromium-driver missing and no root apt: browser tests will skip"; fi; \
 	fi
+
+# The fault and hostile-input suite in full (20 ingests through a fault-injecting S3 proxy,
+# hostile drops, racing ingests); `make test` runs its quick subset. docs/reliability.md.
+chaos: setup
+	SHARDLINE_CHAOS_FULL=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m chaos -s tests
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit

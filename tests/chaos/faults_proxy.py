@@ -1,0 +1,164 @@
+"""A fault-injecting HTTP proxy for S3 tests: put it in front of the moto server and point
+the store's ``endpoint_url`` at it.
+
+Each request is read in full; then, with a seeded probability ``p``, the proxy answers
+itself with an S3-style error instead of forwarding (``503 SlowDown`` or ``500
+InternalError``, alternately chosen by the same RNG), as a throttled or failing S3 would.
+With ``p_after`` it forwards the request and *then* answers 500, so the write happened but
+the client does not know: the hardest case for a retry (a conditional PUT retried after
+it succeeded sees 412). Everything else is forwarded byte for byte (path, query, headers,
+body), so signatures still match.
+
+Loopback only: it listens on 127.0.0.1 and forwards to the one upstream it was given.
+Stopped by :meth:`FaultProxy.stop` (or as a context manager); counts what it did.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from urllib.parse import urlsplit
+
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+        "upgrade"}
+_ERRORS = ((503, "SlowDown", "Please reduce your request rate."),
+           (500, "InternalError", "We encountered an internal error. Please try again."))
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    forwarded: int = 0
+    faults_before: int = 0
+    faults_after: int = 0
+    by_code: dict[int, int] = field(default_factory=dict)
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, p: float = 0.0, p_after: float = 0.0,
+                 seed: int = 0) -> None:
+        u = urlsplit(upstream)
+        if u.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"upstream {upstream!r}: the fault proxy only forwards to "
+                             "loopback test servers")
+        self.upstream = (u.hostname, u.port or 80)
+        self.p, self.p_after = p, p_after
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.counts = Counts()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:   # quiet
+                pass
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    out = bytearray()
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                        if size == 0:
+                            while self.rfile.readline().strip():
+                                pass
+                            return bytes(out)
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                n = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(n) if n else b""
+
+            def _error(self, status: int, code: str, message: str) -> None:
+                body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                        f"<Message>{message}</Message><RequestId>chaos</RequestId>"
+                        "</Error>").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _handle(self) -> None:
+                body = self._body()
+                before, after, err = proxy._draw()
+                if before:
+                    self._error(*err)
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    headers["Content-Length"] = str(len(body))
+                conn = http.client.HTTPConnection(*proxy.upstream, timeout=120)
+                try:
+                    conn.request(self.command, self.path, body=body or None, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    if after:
+                        self._error(*err)
+                        return
+                    self.send_response(resp.status, resp.reason)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in _HOP and k.lower() != "content-length":
+                            self.send_header(k, v)
+                    length = resp.getheader("Content-Length")
+                    self.send_header("Content-Length",
+                                     length if self.command == "HEAD" and length
+                                     else str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+                                        name="fault-proxy")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _draw(self) -> tuple[bool, bool, tuple[int, str, str]]:
+        with self._lock:
+            c = self.counts
+            c.requests += 1
+            x = self._rng.random()
+            err = _ERRORS[self._rng.randrange(len(_ERRORS))]
+            before = x < self.p
+            after = not before and x < self.p + self.p_after
+            if before:
+                c.faults_before += 1
+            elif after:
+                c.faults_after += 1
+            if not before:
+                c.forwarded += 1
+            if before or after:
+                c.by_code[err[0]] = c.by_code.get(err[0], 0) + 1
+            return before, after, err
+
+    def set_rates(self, p: float, p_after: float = 0.0) -> None:
+        with self._lock:
+            self.p, self.p_after = p, p_after
+
+    def start(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> FaultProxy:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
