@@ -53,7 +53,7 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
         live.update(s.path for s in latest.shards)
         live.update(s.path for s in latest.quarantine.get("shards", []))
         live.update(b.ids_path for b in latest.batches)
-        if latest.format == 2:     # batch lists are never replaced: the latest names all
+        if latest.format != 1:     # batch lists are never replaced: the latest names all
             live.update(r.key for r in latest.batch_lists)
     prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
     prefixes.append(layout.batch_lists_prefix(cfg.prefix))

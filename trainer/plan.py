@@ -13,7 +13,10 @@ trained on; the held-out rows of every shard form the evaluation set.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,20 +24,64 @@ import numpy as np
 
 from shardline.core.errors import ShardlineError
 from shardline.core.manifest import Manifest, ShardEntry
+from shardline.core.shard_table import ShardColumns
 from shardline.trainer.holdout import holdout_mask, pick_smallest, salted
 from shardline.trainer.shard_file import ShardIndex
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class NothingToTrain(ShardlineError):
     """The dataset version adds no rows beyond what the parent model was trained on."""
 
 
-@dataclass(frozen=True)
 class PlannedShard:
-    entry: ShardEntry
-    ordinal: int                       # position in the manifest's shard list (sample keys)
-    dataset_version: int               # dataset version that added the shard's batch
-    role: Literal["new", "replay"]
+    """One shard of a plan. Its manifest ``entry`` is built from the version's shard columns
+    when first used (a 100k-shard plan builds no entries up front)."""
+
+    __slots__ = ("_entry", "_columns", "ordinal", "dataset_version", "role")
+
+    def __init__(self, entry: ShardEntry | None, ordinal: int, dataset_version: int,
+                 role: Literal["new", "replay"], columns: ShardColumns | None = None):
+        if entry is None and columns is None:
+            raise ValueError("PlannedShard needs an entry or the shard columns to build it from")
+        self._entry, self._columns = entry, columns
+        self.ordinal = ordinal                  # position in the manifest's shard list
+        self.dataset_version = dataset_version  # dataset version that added the shard's batch
+        self.role: Literal["new", "replay"] = role
+
+    @property
+    def entry(self) -> ShardEntry:
+        if self._entry is None:
+            self._entry = self._columns.entry(self.ordinal)  # type: ignore[union-attr]
+        return self._entry
+
+    def _sha256(self) -> str:
+        if self._entry is None:
+            return self._columns.sha256[self.ordinal]  # type: ignore[union-attr]
+        return self._entry.sha256
+
+    def _key(self) -> tuple[ShardEntry, int, int, str]:
+        return (self.entry, self.ordinal, self.dataset_version, self.role)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlannedShard) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.ordinal, self.dataset_version, self.role))
+
+    def __repr__(self) -> str:
+        return (f"PlannedShard(ordinal={self.ordinal}, dataset_version={self.dataset_version}, "
+                f"role={self.role!r}, entry={self.entry.path!r})")
 
 
 @dataclass(frozen=True)
@@ -68,24 +115,25 @@ class TrainPlan:
 
     def fingerprint(self) -> str:
         """Identity of the sample universe (resumed loader state must match it)."""
-        h = hashlib.sha256()
-        for s in self.shards:
-            h.update(f"{s.entry.sha256}:{s.role};".encode())
+        h = hashlib.sha256("".join(f"{s._sha256()}:{s.role};" for s in self.shards).encode())
         h.update(f"{self.replay_fraction:.12g}:{self.holdout_fraction:.12g}:{self.salt}".encode())
         return h.hexdigest()[:16]
 
 
-def shard_versions(manifest: Manifest) -> list[int]:
-    """The dataset version that added each shard of ``manifest.shards`` (same order), from the
-    batch table (format 2: the batch-list references; format 1: the cumulative batch list).
-    A shard whose batch is not listed (hand-made format-1 manifests) counts as this
-    version's when it is among its new shards, else as the version before."""
+def shard_versions(manifest: Manifest) -> np.ndarray:
+    """The dataset version that added each shard of ``manifest.shard_columns`` (same order),
+    from the batch table (format 2/3: the batch-list references; format 1: the cumulative
+    batch list). A shard whose batch is not listed (hand-made format-1 manifests) counts as
+    this version's when it is among its new shards, else as the version before."""
     by_batch = {b.id: b.version for b in manifest.batches}
-    out = [by_batch.get(s.batch, -1) for s in manifest.shards]
-    if -1 in out:
+    cols = manifest.shard_columns
+    ids, codes = cols.batch_codes()
+    out = np.asarray([by_batch.get(b, -1) for b in ids], np.int64)[codes] if ids else \
+        np.zeros(0, np.int64)
+    if (out < 0).any():
         new, earlier = set(manifest.new_shards), max(manifest.version - 1, 0)
-        out = [v if v >= 0 else (manifest.version if s.path in new else earlier)
-               for v, s in zip(out, manifest.shards, strict=True)]
+        for i in np.flatnonzero(out < 0):
+            out[i] = manifest.version if cols.path[i] in new else earlier
     return out
 
 
@@ -94,23 +142,23 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     """Choose new and replay shards of ``manifest`` for a model last trained on
     ``since_dataset_version``.
 
-    Reads every batch list of the version once (replay samples all of history); shards are
-    new when their batch's version is after ``since_dataset_version`` (when retraining the
-    same version: when their batch is the version's own).
+    Reads every batch list of the version once, as columns (replay samples all of history);
+    shards are new when their batch's version is after ``since_dataset_version`` (when
+    retraining the same version: when their batch is the version's own).
 
     Raises:
         NothingToTrain: no shard is new relative to ``since_dataset_version``.
     """
-    shards = manifest.shards
+    cols = manifest.shard_columns
     versions = shard_versions(manifest)
     if since_dataset_version is None:
-        is_new = [True] * len(shards)
+        is_new = np.ones(len(cols), bool)
     elif since_dataset_version >= manifest.version:
-        is_new = [v == manifest.version for v in versions]
+        is_new = versions == manifest.version
     else:
-        is_new = [v > since_dataset_version for v in versions]
-    new_rows = sum(s.rows for s, n in zip(shards, is_new, strict=True) if n)
-    old_rows = sum(s.rows for s, n in zip(shards, is_new, strict=True) if not n)
+        is_new = versions > since_dataset_version
+    new_rows = int(cols.rows[is_new].sum())
+    old_rows = int(cols.rows[~is_new].sum())
     if new_rows == 0:
         raise NothingToTrain(
             f"dataset {manifest.dataset} v{manifest.version} has no rows newer than the "
@@ -121,7 +169,9 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     q = min(1.0, target / old_rows) if old_rows else 0.0
     salt = int.from_bytes(hashlib.sha256(f"{seed}:{manifest.version}".encode()).digest()[:8],
                           "little")
-    planned = [PlannedShard(s, i, v, "new" if n else "replay")
-               for i, (s, v, n) in enumerate(zip(shards, versions, is_new, strict=True))]
+    roles = np.where(is_new, "new", "replay").tolist()
+    with _no_gc():       # 100k small objects: the cyclic collector would rescan them all
+        planned = [PlannedShard(None, i, v, r, cols)
+                   for i, (v, r) in enumerate(zip(versions.tolist(), roles, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
                      holdout_fraction, salt)

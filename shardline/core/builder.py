@@ -130,7 +130,7 @@ def _object(objects: dict[str, bytes], key_for: Callable[[str], str], data: dict
 
 def _batch_list(prefix: str, objects: dict[str, bytes], version: int,
                 bl: BatchList) -> BatchListRef:
-    body = encode(bl.to_dict())
+    body = bl.to_arrow()
     key = layout.batch_list_key(prefix, bl.batch, bl.run)
     objects[key] = body
     return BatchListRef(batch=bl.batch, version=version, key=key, sha256=digest(body),
@@ -219,7 +219,9 @@ def write_objects(store: ObjectStore, draft: VersionDraft) -> None:
         key, body = item
         # an existing key holds the same bytes: content-addressed, or this run's earlier try
         with contextlib.suppress(ObjectExists):
-            store.put_bytes(key, body, if_none_match=True, content_type="application/json")
+            store.put_bytes(key, body, if_none_match=True, content_type=(
+                "application/vnd.apache.arrow.file" if key.endswith(".arrow")
+                else "application/json"))
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(put, draft.objects.items()))
 

@@ -59,7 +59,8 @@ def batch_lists_prefix(prefix: str) -> str:
 
 
 def batch_list_key(prefix: str, batch_id: str, run_id: str) -> str:
-    return f"{prefix}/manifests/batch={batch_id}-{run_id}.json"
+    """A format-3 batch list (Arrow IPC); format 2 wrote ``.json`` under the same name."""
+    return f"{prefix}/manifests/batch={batch_id}-{run_id}.arrow"
 
 
 def checkpoint_key(prefix: str, version: int, run_id: str) -> str:

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
-from shardline.core import layout
+from shardline.core import layout, shard_table
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.format1 import commit_manifest, legacy_doc
 from shardline.core.parts import (
@@ -39,8 +39,16 @@ from shardline.core.parts import (
     content_digests,
 )
 from shardline.core.provenance import code_version, now_iso
+from shardline.core.shard_table import ShardColumns
 from shardline.core.store import ObjectStore
-from shardline.core.version_doc import READABLE_FORMATS, BatchList, Checkpoint, VersionDoc, decode
+from shardline.core.version_doc import (
+    READABLE_FORMATS,
+    BatchList,
+    Checkpoint,
+    VersionDoc,
+    check_digest,
+    decode,
+)
 
 Getter = Callable[[str], bytes]
 
@@ -56,13 +64,13 @@ class Manifest:
         if fmt not in READABLE_FORMATS:
             raise StoreError(f"{key} has format {fmt!r}; this shardline reads formats "
                              f"{list(READABLE_FORMATS)}: upgrade shardline")
-        if fmt == 2 and get is None:
-            raise StoreError(f"{key} is a format-2 version document: it needs a way to read "
+        if fmt != 1 and get is None:
+            raise StoreError(f"{key} is a format-{fmt} version document: it needs a way to read "
                              "the objects it references (pass get=store.get_bytes)")
         self.raw, self.key, self.format = doc, key, int(fmt)
         self._get: Getter = get or _no_getter
         self._lists: dict[str, BatchList] = {}
-        self.doc: VersionDoc | None = VersionDoc.from_dict(doc, key) if fmt == 2 else None
+        self.doc: VersionDoc | None = VersionDoc.from_dict(doc, key) if fmt != 1 else None
         self.dataset: str = doc["dataset"]
         self.version: int = int(doc["version"])
         self.parent: int | None = doc.get("parent")
@@ -176,7 +184,30 @@ class Manifest:
         """Every live data shard, oldest batch first."""
         if self.doc is None:
             return self._v1_shards
-        return [s for bl in self.read_lists(self.batch_lists) for s in bl.shards]
+        if self.format == 2:
+            return [s for bl in self.read_lists(self.batch_lists) for s in bl.shards]
+        return self.shard_columns.entries()
+
+    @cached_property
+    def shard_columns(self) -> ShardColumns:
+        """Every live data shard as columns, oldest batch first: what readers of every shard
+        use (the trainer's plan). Arrow batch lists are not turned into entries; JSON ones
+        (format 2) and format-1 manifests are."""
+        if self.doc is None or self.format == 2:
+            return ShardColumns.from_entries(self.shards)
+        refs = self.batch_lists
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(refs)))) as pool:
+            datas = list(pool.map(lambda r: self.read_object(r.key), refs))
+        tables = []
+        for r, data in zip(refs, datas, strict=True):
+            if not shard_table.is_arrow(data):      # a format-2 list a format-3 doc kept
+                bl = BatchList.from_bytes(data, r.key, r.sha256)
+                self._lists[r.key] = bl
+                tables.append(shard_table.as_table(bl.shards))
+                continue
+            check_digest(data, r.key, r.sha256)
+            tables.append(shard_table.decode(data, r.key)[1])
+        return ShardColumns.from_tables(tables)
 
     def shards_since(self, version: int | None) -> list[ShardEntry]:
         """Data shards of the batches added after ``version`` (all for None), reading only
@@ -225,8 +256,8 @@ class Manifest:
         todo = [r for r in refs if r.key not in self._lists]
         if todo:
             def load(r: BatchListRef) -> BatchList:
-                return BatchList.from_dict(decode(self.read_object(r.key), r.key, r.sha256), r.key)
-            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+                return BatchList.from_bytes(self.read_object(r.key), r.key, r.sha256)
+            with ThreadPoolExecutor(max_workers=min(32, len(todo))) as pool:
                 for r, bl in zip(todo, pool.map(load, todo), strict=True):
                     self._lists[r.key] = bl
         return [self._lists[r.key] for r in refs]

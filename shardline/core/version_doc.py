@@ -3,9 +3,10 @@
 Learned from Iceberg (snapshot -> manifest list -> manifests) and Delta Lake (log +
 checkpoints), cut down to what one writer per commit and S3 conditional writes need:
 
-- a **batch list** (``manifests/batch=<id>-<run>.json``) per published batch: its data and
-  quarantine shard entries and its source objects. Written once, before the commit; never
-  changed. Its size is the batch's, not the history's.
+- a **batch list** (``manifests/batch=<id>-<run>.arrow``) per published batch: its data and
+  quarantine shard entries and its source objects, as Arrow IPC columns (format 3; see
+  ``shardline.core.shard_table``; format 2 wrote the same content as JSON, still read).
+  Written once, before the commit; never changed. Its size is the batch's, not the history's.
 - a **checkpoint** (``manifests/checkpoint-v<N>-<run>.json``): every live batch-list
   reference up to version N, written by the publisher of N+1 when the reference list of the
   parent has reached ``CHECKPOINT_EVERY`` entries.
@@ -16,17 +17,19 @@ checkpoints), cut down to what one writer per commit and S3 conditional writes n
   one it is back to one reference.
 
 Every reference carries the sha256 of the referenced bytes; readers check it, so a document
-and the objects it names can never be mixed up silently. Objects are compact JSON with
-sorted keys: the same content is the same bytes.
+and the objects it names can never be mixed up silently. JSON objects are compact with sorted
+keys: the same content is the same bytes.
 """
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardline.core import shard_table
 from shardline.core.errors import StoreError
 from shardline.core.parts import (
     BatchListRef,
@@ -41,8 +44,11 @@ from shardline.core.parts import (
     to_dict,
 )
 
-FORMAT = 2
-READABLE_FORMATS = (1, 2)
+# 3: batch lists are Arrow IPC (2: the same documents with JSON batch lists; 1: one
+# cumulative JSON manifest). Formats 2 and 3 share the document and checkpoint shapes.
+FORMAT = 3
+READABLE_FORMATS = (1, 2, 3)
+REFERENCED_FORMATS = (2, 3)
 # Delta Lake checkpoints every 10 commits; the same bound keeps a version document at most
 # 10 batch-list references long.
 CHECKPOINT_EVERY = 10
@@ -59,14 +65,7 @@ def digest(data: bytes | bytearray | memoryview) -> str:
 
 def decode(data: bytes, key: str, expect_sha256: str | None = None) -> dict[str, Any]:
     """Parse ``data`` read from ``key``; with ``expect_sha256``, check the bytes first."""
-    if expect_sha256 is not None:
-        got = digest(data)
-        if got != expect_sha256:
-            raise StoreError(
-                f"{key}: sha256 {got} differs from {expect_sha256} recorded by the version "
-                "that references it; the object was changed after it was published. Restore "
-                "it from a backup or publish the data again under a new dataset version"
-            )
+    check_digest(data, key, expect_sha256)
     try:
         out = json.loads(data)
     except ValueError as exc:
@@ -76,8 +75,20 @@ def decode(data: bytes, key: str, expect_sha256: str | None = None) -> dict[str,
     return out
 
 
+def check_digest(data: bytes, key: str, expect_sha256: str | None) -> None:
+    """Raise unless ``data`` (read from ``key``) has the recorded sha256 (None: no check)."""
+    if expect_sha256 is not None:
+        got = digest(data)
+        if got != expect_sha256:
+            raise StoreError(
+                f"{key}: sha256 {got} differs from {expect_sha256} recorded by the version "
+                "that references it; the object was changed after it was published. Restore "
+                "it from a backup or publish the data again under a new dataset version"
+            )
+
+
 def _check_kind(d: dict[str, Any], kind: str, key: str) -> None:
-    if d.get("format") != FORMAT or d.get("kind") != kind:
+    if d.get("format") not in REFERENCED_FORMATS or d.get("kind") != kind:
         raise StoreError(f"{key}: expected a format-{FORMAT} {kind}, found format "
                          f"{d.get('format')!r} kind {d.get('kind')!r}; upgrade shardline")
 
@@ -104,6 +115,28 @@ class BatchList:
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+    def to_arrow(self) -> builtins.bytes:
+        """The batch list as Arrow IPC bytes (format 3)."""
+        meta = {"format": self.format, "kind": self.kind, "dataset": self.dataset,
+                "batch": self.batch, "run": self.run, "rows": self.rows,
+                "quarantined": self.quarantined, "ids_path": self.ids_path,
+                "sources": [to_dict(s) for s in self.sources]}
+        return shard_table.encode(meta, self.shards, self.quarantine_shards)
+
+    @classmethod
+    def from_bytes(cls, data: builtins.bytes, key: str,
+                   expect_sha256: str | None = None) -> BatchList:
+        """A batch list from its bytes: Arrow IPC (format 3) or JSON (format 2)."""
+        if not shard_table.is_arrow(data):
+            return cls.from_dict(decode(data, key, expect_sha256), key)
+        check_digest(data, key, expect_sha256)
+        meta, table = shard_table.decode(data, key)
+        shards, quarantine = shard_table.split_entries(table)
+        return from_dict(cls, {
+            **meta, "shards": shards, "quarantine_shards": quarantine,
+            "sources": [SourceEntry.from_dict(s, key) for s in meta.get("sources", [])],
+        }, key)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], key: str) -> BatchList:
@@ -172,7 +205,7 @@ class VersionDoc:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], key: str) -> VersionDoc:
-        if d.get("format") != FORMAT:
+        if d.get("format") not in REFERENCED_FORMATS:
             raise StoreError(f"{key}: expected a format-{FORMAT} version document, found "
                              f"format {d.get('format')!r}")
         ckpt, conf = d.get("checkpoint"), d.get("config")

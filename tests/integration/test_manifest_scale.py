@@ -1,6 +1,7 @@
-"""Manifest format 2 through the real publish path (moto S3, Spark Connect, GX): a commit
-costs O(new data), every version resolves to exactly its shards, and a dataset whose
-history was written in format 1 keeps loading and grows in format 2."""
+"""Manifest format 3 (format 2 with Arrow batch lists) through the real publish path (moto
+S3, Spark Connect, GX): a commit costs O(new data), every version resolves to exactly its
+shards, and a dataset whose history was written in format 1 keeps loading and grows in
+format 3."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_twelve_versions_small_documents_exact_shard_sets(store, spark) -> None:
 
     for v in range(1, 13):
         m = read_manifest(store, cfg.prefix, v)
-        assert m.format == 2
+        assert m.format == 3
         assert [s.path for s in m.shards] == [p for u in range(1, v + 1) for p in added[u]]
         assert m.new_shards == added[v] and m.rows == v * ROWS
         assert [b.version for b in m.batches] == list(range(1, v + 1))
@@ -93,7 +94,7 @@ def test_format1_history_loads_and_the_next_publish_continues_it(store, spark) -
     pub = run_pipeline(store, cfg, spark)
     assert pub is not None and pub.version == 2
     m2 = read_manifest(store, cfg.prefix, 2)
-    assert m2.format == 2 and m2.doc is not None and m2.doc.checkpoint is not None
+    assert m2.format == 3 and m2.doc is not None and m2.doc.checkpoint is not None
     assert [s.path for s in m2.shards] == [s["path"] for s in v1["shards"]] + m2.new_shards
     assert [b.id for b in m2.batches][0] == v1["batches"][0]["id"]
     assert_exactly_once(store, m2, [d.id for d in digits(0, 2 * ROWS)], [])

@@ -92,3 +92,37 @@ def format1_doc(batches: int = 2) -> dict:
 def _v1(s: ShardEntry) -> dict:
     """A shard entry as format 1 wrote it (no label_counts)."""
     return {k: v for k, v in s.__dict__.items() if k != "label_counts"}
+
+
+def as_format2(bucket: Bucket) -> None:
+    """Rewrite every version in ``bucket`` as format 2 wrote it: JSON batch lists under
+    ``.json`` keys, references and checkpoints re-pointed, documents marked format 2."""
+    import json
+
+    from shardline.core.version_doc import BatchList, digest, encode
+    moved: dict[str, tuple[str, str]] = {}
+    for key in [k for k in bucket.objects if k.endswith(".arrow")]:
+        bl = BatchList.from_bytes(bucket.objects.pop(key), key)
+        body = encode({**bl.to_dict(), "format": 2})
+        new = key[:-len(".arrow")] + ".json"
+        bucket.objects[new] = body
+        moved[key] = (new, digest(body))
+
+    def repoint(refs: list[dict]) -> None:
+        for r in refs:
+            if r["key"] in moved:
+                r["key"], r["sha256"] = moved[r["key"]]
+    ck_moved: dict[str, str] = {}
+    for key in [k for k in bucket.objects if "/checkpoint-" in k]:
+        d = json.loads(bucket.objects[key])
+        repoint(d["batch_lists"])
+        d["format"] = 2
+        bucket.objects[key] = encode(d)
+        ck_moved[key] = digest(bucket.objects[key])
+    for key in [k for k in bucket.objects if "/versions/" in k]:
+        d = json.loads(bucket.objects[key])
+        repoint(d["batch_lists"])
+        if d.get("checkpoint"):
+            d["checkpoint"]["sha256"] = ck_moved[d["checkpoint"]["key"]]
+        d["format"] = 2
+        bucket.objects[key] = encode(d)

@@ -1,5 +1,6 @@
-"""The version document: built by the one builder, read back through ``Manifest`` (format 2),
-and format-1 documents still loading through the same reader."""
+"""The version document: built by the one builder, read back through ``Manifest`` (format 3:
+Arrow batch lists), and format-1 and format-2 (JSON batch lists) documents still loading
+through the same reader."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from shardline.core.builder import build_version
 from shardline.core.errors import PublishConflict, StoreError
 from shardline.core.manifest import Manifest
 from shardline.core.parts import SchemaInfo, ValidationSummary
-from tests.unit.manifest_fixtures import PREFIX, SCHEMA, Bucket, format1_doc, new_batch, publish
+from tests.unit.manifest_fixtures import (
+    PREFIX,
+    SCHEMA,
+    Bucket,
+    as_format2,
+    format1_doc,
+    new_batch,
+    publish,
+)
 
 
 def history(n: int, **kw: object) -> tuple[Bucket, list[Manifest]]:
@@ -26,7 +35,7 @@ def history(n: int, **kw: object) -> tuple[Bucket, list[Manifest]]:
 def test_first_version_references_its_batch_list_schema_and_config() -> None:
     bucket, [m] = history(1)
     doc = json.loads(bucket.objects[layout.version_key(PREFIX, 1)])
-    assert doc["format"] == 2 and doc["parent"] is None and doc["checkpoint"] is None
+    assert doc["format"] == 3 and doc["parent"] is None and doc["checkpoint"] is None
     [ref] = doc["batch_lists"]
     assert ref["key"] == layout.batch_list_key(PREFIX, new_batch(1).id, "run1")
     assert ref["rows"] == 200 and ref["shards"] == 2 and ref["quarantined"] == 3
@@ -85,7 +94,9 @@ def test_shards_since_reads_only_the_newer_batch_lists() -> None:
 def test_a_changed_batch_list_is_refused_naming_the_key() -> None:
     bucket, _ = history(2)
     key = layout.batch_list_key(PREFIX, new_batch(1).id, "run1")
-    bucket.objects[key] = bucket.objects[key].replace(b'"rows":100', b'"rows":101')
+    data = bytearray(bucket.objects[key])
+    data[len(data) // 2] ^= 1                # one bit of the Arrow file
+    bucket.objects[key] = bytes(data)
     with pytest.raises(StoreError, match=f"{key}: sha256 .* changed after it was published"):
         bucket.open(2).shards   # noqa: B018
 
@@ -163,3 +174,32 @@ def test_draft_names_the_objects_only_its_run_writes() -> None:
                           parent=ms[4], batch=new_batch(6),
                           validation=ValidationSummary(success=True))
     assert plain.new_checkpoint is None
+
+
+def test_format2_json_history_loads_and_continues_as_format3() -> None:
+    bucket, _ = history(14)
+    as_format2(bucket)
+    m = bucket.open(14)
+    assert m.format == 2 and all(r.key.endswith(".json") for r in m.batch_lists)
+    want = [s.path for i in range(1, 15) for s in new_batch(i).shards]
+    assert [s.path for s in m.shards] == want
+    assert [s.path for s in m.shard_columns.entries()] == want
+    assert m.shards[0] == new_batch(1).shards[0] and m.sources == new_batch(14).sources
+    assert len(m.quarantine.shards) == 14
+    v15 = publish(bucket, m, 15)
+    assert v15.format == 3 and v15.batch_lists[-1].key.endswith(".arrow")
+    m15 = bucket.open(15)
+    assert [s.path for s in m15.shard_columns.entries()] == \
+        want + [s.path for s in new_batch(15).shards]
+    assert [s.path for s in m15.shards] == want + [s.path for s in new_batch(15).shards]
+    assert m15.shards[-1] == new_batch(15).shards[-1]
+
+
+def test_arrow_batch_list_round_trips_every_field() -> None:
+    bucket, [m] = history(1)
+    assert bucket.objects[m.batch_lists[0].key][:6] == b"ARROW1"
+    fresh = bucket.open(1)
+    assert fresh.shard_columns.entries() == new_batch(1).shards
+    assert fresh.new() == new_batch(1).shards
+    assert fresh.new_quarantine() == new_batch(1).quarantine_shards
+    assert fresh.sources == new_batch(1).sources

@@ -1,0 +1,187 @@
+"""Batch lists as Arrow IPC, and the live shards of a version as columns.
+
+A format-3 batch list (``manifests/batch=<id>-<run>.arrow``) is one Arrow IPC file: a row per
+shard (data and quarantine, told apart by ``quarantine``), ``label_counts`` and ``partition``
+as Arrow maps, ``stats`` as compact JSON text, and the batch's own fields (dataset, run,
+counts, id index, sources) as JSON in the schema metadata under ``shardline``. Reading it is
+a memory map of columns, not a parse of every entry: a 100k-shard history reads in a
+fraction of the time its JSON lists took.
+
+``ShardColumns`` is what readers that touch every shard use (the trainer's plan): numpy
+columns for rows and batch, and a ``ShardEntry`` built only for the shards asked for.
+JSON batch lists (format 2) and format-1 manifests become columns through ``from_entries``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardline.core.errors import StoreError
+from shardline.core.parts import ShardEntry
+
+META_KEY = b"shardline"
+ARROW_MAGIC = b"ARROW1"
+
+SCHEMA = pa.schema([
+    ("path", pa.string()), ("rows", pa.int64()), ("bytes", pa.int64()),
+    ("sha256", pa.string()), ("batch", pa.string()),
+    ("partition", pa.map_(pa.string(), pa.string())),
+    ("stats", pa.string()), ("compression", pa.string()), ("xxh3_128", pa.string()),
+    ("label_counts", pa.map_(pa.string(), pa.int64())), ("quarantine", pa.bool_()),
+])
+
+
+def is_arrow(data: bytes) -> bool:
+    return data[:6] == ARROW_MAGIC
+
+
+def as_table(shards: Sequence[ShardEntry], quarantine: Sequence[ShardEntry] = (),
+             meta: dict[str, Any] | None = None) -> pa.Table:
+    """Shard entries as a table of ``SCHEMA`` (quarantine rows flagged)."""
+    every = [*shards, *quarantine]
+    cols: dict[str, list[Any]] = {
+        "path": [s.path for s in every], "rows": [s.rows for s in every],
+        "bytes": [s.bytes for s in every], "sha256": [s.sha256 for s in every],
+        "batch": [s.batch for s in every],
+        "partition": [sorted(s.partition.items()) for s in every],
+        "stats": [json.dumps(s.stats, sort_keys=True, separators=(",", ":"), default=str)
+                  for s in every],
+        "compression": [s.compression for s in every],
+        "xxh3_128": [s.xxh3_128 for s in every],
+        "label_counts": [sorted(s.label_counts.items(), key=lambda kv: _label_order(kv[0]))
+                         for s in every],
+        "quarantine": [False] * len(shards) + [True] * len(quarantine),
+    }
+    schema = SCHEMA if meta is None else SCHEMA.with_metadata(
+        {META_KEY: json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()})
+    return pa.table(cols, schema=schema)
+
+
+def encode(meta: dict[str, Any], shards: Sequence[ShardEntry],
+           quarantine: Sequence[ShardEntry]) -> bytes:
+    """Arrow IPC bytes of one batch list (deterministic for the same content)."""
+    table = as_table(shards, quarantine, meta)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _label_order(label: str) -> tuple[int, int | str]:
+    return (0, int(label)) if label.isdigit() else (1, label)
+
+
+def decode(data: bytes, key: str) -> tuple[dict[str, Any], pa.Table]:
+    """The batch's own fields and its shard table (data and quarantine rows)."""
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+        meta = json.loads(table.schema.metadata[META_KEY])
+    except (pa.ArrowInvalid, KeyError, TypeError, ValueError) as exc:
+        raise StoreError(f"{key} is not a readable shardline Arrow batch list ({exc}); the "
+                         "object is damaged: restore it from a backup") from exc
+    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise StoreError(f"{key}: Arrow batch list lacks column(s) {missing}; it was not "
+                         "written by shardline (or it is damaged)")
+    return meta, table
+
+
+def _columns(table: pa.Table) -> dict[str, list[Any]]:
+    return {n: table.column(n).to_pylist() for n in SCHEMA.names if n != "quarantine"}
+
+
+def _entry(c: dict[str, list[Any]], i: int) -> ShardEntry:
+    return ShardEntry(path=c["path"][i], rows=c["rows"][i], bytes=c["bytes"][i],
+                      sha256=c["sha256"][i], batch=c["batch"][i],
+                      partition=dict(c["partition"][i]), stats=json.loads(c["stats"][i]),
+                      compression=c["compression"][i], xxh3_128=c["xxh3_128"][i],
+                      label_counts=dict(c["label_counts"][i]))
+
+
+def _entries(table: pa.Table) -> list[ShardEntry]:
+    c = _columns(table)
+    return [_entry(c, i) for i in range(table.num_rows)]
+
+
+def split_entries(table: pa.Table) -> tuple[list[ShardEntry], list[ShardEntry]]:
+    """(data shards, quarantine shards) of a decoded batch list, in written order."""
+    q = table.column("quarantine")
+    return _entries(table.filter(pc.invert(q))), _entries(table.filter(q))
+
+
+class ShardColumns:
+    """Every live data shard of a version as columns, oldest batch first."""
+
+    def __init__(self, table: pa.Table | None = None,
+                 entries: list[ShardEntry] | None = None):
+        self._table = table
+        self._given = entries
+
+    @classmethod
+    def from_tables(cls, tables: list[pa.Table]) -> ShardColumns:
+        if not tables:
+            return cls(table=SCHEMA.empty_table())
+        every = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
+        return cls(table=every.filter(pc.invert(every.column("quarantine"))))
+
+    @classmethod
+    def from_entries(cls, entries: list[ShardEntry]) -> ShardColumns:
+        return cls(entries=entries)
+
+    def __len__(self) -> int:
+        return len(self._given) if self._given is not None else self._table.num_rows  # type: ignore[union-attr]
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        if self._given is not None:
+            return np.fromiter((s.rows for s in self._given), np.int64, len(self._given))
+        return self._table.column("rows").to_numpy()  # type: ignore[union-attr]
+
+    @cached_property
+    def batch(self) -> list[str]:
+        if self._given is not None:
+            return [s.batch for s in self._given]
+        return self._table.column("batch").to_pylist()  # type: ignore[union-attr]
+
+    @cached_property
+    def path(self) -> list[str]:
+        if self._given is not None:
+            return [s.path for s in self._given]
+        return self._table.column("path").to_pylist()  # type: ignore[union-attr]
+
+    @cached_property
+    def sha256(self) -> list[str]:
+        if self._given is not None:
+            return [s.sha256 for s in self._given]
+        return self._table.column("sha256").to_pylist()  # type: ignore[union-attr]
+
+    def batch_codes(self) -> tuple[list[str], np.ndarray]:
+        """(distinct batch ids, each shard's index into them): no per-shard Python work."""
+        if self._given is not None:
+            ids = list(dict.fromkeys(self.batch))
+            where = {b: i for i, b in enumerate(ids)}
+            return ids, np.fromiter((where[b] for b in self.batch), np.int64, len(self))
+        enc = pc.dictionary_encode(self._table.column("batch")).combine_chunks()  # type: ignore[union-attr]
+        return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
+
+    @cached_property
+    def _cols(self) -> dict[str, list[Any]]:
+        return _columns(self._table)
+
+    def entry(self, i: int) -> ShardEntry:
+        """Shard ``i``, built from the columns when asked for (not at plan time)."""
+        if self._given is not None:
+            return self._given[i]
+        return _entry(self._cols, i)
+
+    def entries(self) -> list[ShardEntry]:
+        if self._given is not None:
+            return self._given
+        return [_entry(self._cols, i) for i in range(len(self))]
