@@ -99,3 +99,118 @@ def publish_ingest_artifacts(dataset: str, manifests: list[Manifest],
         if rows:
             create_table_artifact(rows, key=artifact_key(dataset, "quarantine"),
                                   description=f"Quarantined rows of batch {batch_id} by rule")
+
+
+# -- the model view (after each training run) -------------------------------------------------
+def fitted_limits(values: list[float | None], pad: float = 0.15,
+                  min_span: float = 0.01) -> tuple[float, float]:
+    """An accuracy axis fitted to the data (not 0..1, which hides 97 -> 99 % moves): the
+    values' range widened by ``pad`` of it (at least ``min_span`` in all), clipped to 0..1."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return 0.0, 1.0
+    lo, hi = min(xs), max(xs)
+    span = max(hi - lo, min_span)
+    lo, hi = lo - pad * span, hi + pad * span
+    if hi - lo < min_span:
+        mid = (lo + hi) / 2
+        lo, hi = mid - min_span / 2, mid + min_span / 2
+    return max(0.0, lo), min(1.0, hi)
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100.0 * x:.2f} %"
+
+
+def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
+                    ) -> list[dict[str, Any]]:
+    """One row per model (``shardline.api.models.model_rows``), latest first; ``promoted``
+    is ``live`` for the one ``promoted.json`` names, ``earlier`` for one promoted before."""
+    rows = []
+    for m in sorted(models, key=lambda m: -m["model"]):
+        state = ("live" if m.get("promoted") else
+                 "earlier" if m["model"] in ever_promoted else "no")
+        rows.append({
+            "model": m["model"],
+            "dataset version": "" if m.get("dataset_version") is None
+            else f"v{m['dataset_version']}",
+            "held-out accuracy": _pct(m.get("accuracy")),
+            "earlier data accuracy": _pct(m.get("accuracy_earlier")),
+            "promoted": state,
+            "gate": m.get("gate", m.get("status", "")),
+            "created": m.get("created") or "",
+        })
+    return rows
+
+
+def trend_png(models: list[dict[str, Any]], ever_promoted: list[int]) -> bytes:
+    """Held-out accuracy (and accuracy on earlier data) per model number; promoted models
+    filled, the live one ringed; the axis fitted to the data."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [m for m in models if m.get("accuracy") is not None]
+    fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
+    xs = [m["model"] for m in done]
+    ax.plot(xs, [m["accuracy"] for m in done], color="tab:blue", alpha=0.5,
+            label="held-out accuracy")
+    promo = [m for m in done if m["model"] in ever_promoted or m.get("promoted")]
+    ax.scatter([m["model"] for m in promo], [m["accuracy"] for m in promo], color="tab:blue",
+               zorder=3, label="promoted")
+    refused = [m for m in done if m not in promo]
+    ax.scatter([m["model"] for m in refused], [m["accuracy"] for m in refused],
+               facecolors="none", edgecolors="tab:red", zorder=3, label="not promoted")
+    earlier = [(m["model"], m["accuracy_earlier"]) for m in done
+               if m.get("accuracy_earlier") is not None]
+    if earlier:
+        ax.plot(*zip(*earlier, strict=True), color="tab:green", marker=".", linestyle=":",
+                label="earlier data")
+    live = [m for m in done if m.get("promoted")]
+    if live:
+        ax.scatter([live[0]["model"]], [live[0]["accuracy"]], s=180, facecolors="none",
+                   edgecolors="black", zorder=4, label=f"live: model {live[0]['model']}")
+    values = [m["accuracy"] for m in done] + [a for _, a in earlier]
+    ax.set(xlabel="model number", ylabel="accuracy", ylim=fitted_limits(values),
+           title="held-out accuracy by model")
+    if xs:
+        ax.set_xticks(xs if len(xs) <= 25 else xs[:: max(1, len(xs) // 25)])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def trend_markdown(dataset: str, models: list[dict[str, Any]], ever_promoted: list[int]
+                   ) -> str:
+    import base64
+
+    png = base64.b64encode(trend_png(models, ever_promoted)).decode()
+    live = next((m["model"] for m in models if m.get("promoted")), None)
+    return (f"## Models of `{dataset}`: live model {live if live is not None else '(none)'}\n\n"
+            f"![accuracy by model](data:image/png;base64,{png})\n")
+
+
+def publish_model_view(store: Any, dataset: str, model: str) -> None:
+    """The ``<dataset>-models`` table and ``<dataset>-models-trend`` plot (call from inside
+    a flow or task run)."""
+    from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+    from shardline.api.models import model_rows
+    from shardline.trainer.promote import history
+    from shardline.trainer.registry import ModelRegistry
+
+    models = model_rows(store, dataset, model)
+    ever = history(ModelRegistry(store, dataset, model).promoted())
+    create_table_artifact(model_view_rows(models, ever), key=artifact_key(dataset, "models"),
+                          description=f"Every {model} model of {dataset}, latest first; "
+                                      "promoted: live / earlier / no")
+    create_markdown_artifact(trend_markdown(dataset, models, ever),
+                             key=artifact_key(dataset, "models-trend"),
+                             description=f"held-out accuracy across {dataset} models")

@@ -7,6 +7,11 @@ Artifacts, keyed per dataset so each key's history is that dataset's runs:
                                 and on earlier data), promotion decision and why
   ``<dataset>-training-curve``  markdown: loss and accuracy per step/epoch as a PNG (inline
                                 data: URI, rendered by the UI) plus the same numbers as text
+  ``<dataset>-training-progress`` progress (0-100 %), updated during the run from the
+                                trainer's ``on_batch`` callback (a plain callable: the
+                                trainer never imports Prefect)
+  ``<dataset>-models``, ``<dataset>-models-trend``  every model and the accuracy trend
+                                (``flows/artifacts.py``), after each run
 """
 
 from __future__ import annotations
@@ -14,17 +19,26 @@ from __future__ import annotations
 import base64
 import io
 import logging
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.concurrency.sync import concurrency
 from prefect.logging.handlers import APILogHandler
 
-from shardline.core.config import load_config
+from shardline.core.config import Config
 from shardline.core.store import ObjectStore
-from shardline.flows.artifacts import artifact_key
+from shardline.flows.artifacts import artifact_key, fitted_limits, publish_model_view
+from shardline.flows.config_source import load_flow_config
 from shardline.flows.settings import store_settings
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
@@ -77,7 +91,9 @@ def curve_png(r: TrainResult) -> bytes:
         ax_acc.plot(*zip(*held, strict=True), marker="o", label="held-out (epoch end)")
     if r.accuracy_before is not None:
         ax_acc.axhline(r.accuracy_before, color="grey", linestyle="--", label="promoted before")
-    ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=(0, 1))
+    values = [p["train_accuracy"] for p in r.curve_steps] + [a for _, a in held] + (
+        [r.accuracy_before] if r.accuracy_before is not None else [])
+    ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=fitted_limits(values))
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -121,14 +137,65 @@ def trainer_logs_to_prefect() -> Iterator[None]:
         logger.setLevel(level)
 
 
+class EpochProgress:
+    """A plain ``on_batch(step, batch)`` callable for the trainer that moves a Prefect
+    progress artifact: at each epoch end, and within epochs (from the second one on, once
+    the steps per epoch are known) at most every ``every_s`` seconds. An API error never
+    stops training: it is logged once and updates stop."""
+
+    def __init__(self, update: Callable[[float], object], epochs: int,
+                 every_s: float = 2.0) -> None:
+        self.update, self.epochs, self.every_s = update, max(epochs, 1), every_s
+        self.steps_per_epoch: int | None = None
+        self.last_t, self.last_pct, self.broken = 0.0, -1.0, False
+
+    def __call__(self, step: int, batch: Any) -> None:
+        epoch, end = int(batch["epoch"]), bool(batch["epoch_end"])
+        if end and self.steps_per_epoch is None and epoch == 0:
+            self.steps_per_epoch = step + 1
+        if end:
+            pct = 100.0 * (epoch + 1) / self.epochs
+        elif self.steps_per_epoch and time.monotonic() - self.last_t >= self.every_s:
+            within = min((step % self.steps_per_epoch) / self.steps_per_epoch, 0.99)
+            pct = 100.0 * (epoch + within) / self.epochs
+        else:
+            return
+        pct = min(pct, 99.0)               # 100 % once the model is saved and gated
+        if pct > self.last_pct:
+            self.send(pct)
+
+    def send(self, pct: float) -> None:
+        if self.broken:
+            return
+        try:
+            self.update(pct)
+        except Exception as exc:   # progress is not worth failing a training run for
+            self.broken = True
+            logging.getLogger(__name__).warning("training progress artifact: %s", exc)
+        self.last_t, self.last_pct = time.monotonic(), pct
+
+
+def progress_tracker(cfg: Config, version: int) -> EpochProgress:
+    art = create_progress_artifact(0.0, key=artifact_key(cfg.dataset.name, "training-progress"),
+                                   description=f"training {cfg.dataset.name} v{version}: "
+                                               f"{cfg.train.epochs} epochs")
+    if not isinstance(art, uuid.UUID):   # a coroutine only for an async caller
+        raise TypeError(f"create_progress_artifact returned {type(art).__name__}")
+    return EpochProgress(lambda pct: update_progress_artifact(art, pct), cfg.train.epochs)
+
+
 @task(name="train-model")
-def train_model(config: str, version: int | None) -> TrainResult:
-    cfg = load_config(config)
+def train_model(config: str | dict[str, Any], version: int | None) -> TrainResult:
+    cfg = load_flow_config(config)
     store = ObjectStore(store_settings())
     # One training run per dataset at a time, however it was started (the limit is created
     # by `shardline deploy`; without it, this is a no-op).
     with concurrency(f"train-{cfg.dataset.name}", occupy=1), trainer_logs_to_prefect():
-        return run_training(cfg, store, version)
+        progress = progress_tracker(cfg, version) if version is not None else None
+        result = run_training(cfg, store, version, on_batch=progress)
+        if progress is not None:
+            progress.send(100.0)
+        return result
 
 
 @task(name="training-artifacts")
@@ -140,3 +207,4 @@ def publish_artifacts(result: TrainResult) -> None:
     create_markdown_artifact(
         markdown=curve_markdown(result), key=artifact_key(result.dataset, "training-curve"),
         description=f"loss and accuracy of model {result.model_version}")
+    publish_model_view(ObjectStore(store_settings()), result.dataset, result.model)
