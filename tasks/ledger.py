@@ -4,8 +4,10 @@
   by publish after each commit (``If-None-Match``, so a repeat is harmless), read by detect
   to tell new uploads from ingested ones; a batch whose claim write was lost is repaired
   from the latest manifest, which names every published batch.
-- The id index (``ids/batch=<id>-<run>.arrow``): the ids each published batch holds, which
-  convert checks a new batch against for duplicates and publish re-checks after a race.
+- The id index (``ids/batch=<id>-<run>.arrow``): the ids each published batch holds, in
+  hash buckets (``shardline.tasks.id_index``), which convert checks a new batch against for
+  duplicates (bucket by bucket, memory flat in the history) and publish re-checks after a
+  race.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import logging
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -23,8 +26,8 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists
 from shardline.core.manifest import BatchEntry, latest_manifest, read_manifest
 from shardline.core.store import ObjectStore
+from shardline.tasks import id_index
 from shardline.tasks.batch import Batch
-from shardline.tasks.convert.shard_writer import encode_ipc
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +69,20 @@ def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: i
 
 
 # -- the id index -------------------------------------------------------------------------
-IDS_SCHEMA = pa.schema([("id", pa.string())])
+IDS_SCHEMA = id_index.IDS_SCHEMA
+
+
+def published_in(store: ObjectStore, batches: Iterable[BatchEntry], ids: pa.Array
+                 ) -> np.ndarray:
+    """For each of ``ids``, whether a published batch of ``batches`` holds it. Streams the
+    id files bucket by bucket: the driver never holds the published ids."""
+    return id_index.published_mask(store, [b.ids_path for b in batches], ids)
 
 
 def load_published_ids(store: ObjectStore, batches: Iterable[BatchEntry]) -> pa.Array:
-    """Every id the published ``batches`` hold (from their id index files); a version's
-    ``batches`` are every id of the dataset at that version."""
+    """Every id the published ``batches`` hold, in memory: only for a few batches (the ones
+    published during a run, see ``tasks.publish``); the duplicate check over the whole
+    history uses ``published_in``."""
     parts = []
     for b in batches:
         with ipc.open_file(pa.BufferReader(store.get_bytes(b.ids_path))) as f:
@@ -81,6 +92,6 @@ def load_published_ids(store: ObjectStore, batches: Iterable[BatchEntry]) -> pa.
 
 
 def write_ids(store: ObjectStore, key: str, ids: pa.Array) -> None:
-    """Write a batch's id index file (uncompressed Arrow IPC, one ``id`` column)."""
-    table = pa.Table.from_arrays([ids], schema=IDS_SCHEMA)
-    store.put_bytes(key, memoryview(encode_ipc(table, "none", 1 << 20)))
+    """Write a batch's id index file: uncompressed Arrow IPC, one ``id`` column, record
+    batch ``k`` holding the ids of hash bucket ``k``."""
+    store.put_bytes(key, id_index.encode_ids(ids))

@@ -1,10 +1,12 @@
 """Duplicate ids: within the batch and against every published version.
 
 Ids are only comparable once all rows are known, so this runs in the driver over the
-metadata Spark returned (ids and row positions, no pixels). The first occurrence in
-(source key, row) order wins; later ones are quarantined as ``duplicate_id``, as is any id
-already published. Only the staged shards that hold a duplicate are rewritten; in the
-common case (no duplicates) nothing is read back.
+metadata Spark returned (ids and row positions, no pixels). Against the published versions it
+uses ``ledger.published_in``: the published id index is streamed one hash bucket of one
+batch at a time, so the driver holds the new batch's ids, never the history's. The first
+occurrence in (source key, row) order wins; later ones are quarantined as ``duplicate_id``,
+as is any id already published. Only the staged shards that hold a duplicate are rewritten;
+in the common case (no duplicates) nothing is read back.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -29,8 +32,10 @@ class Duplicate:
     message: str
 
 
-def find_duplicates(ok: pa.Table, published: pa.Array) -> list[Duplicate]:
-    """``ok`` has columns id, source_key, source_row (rows that passed the row checks)."""
+def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Duplicate]:
+    """``ok`` has columns id, source_key, source_row (rows that passed the row checks);
+    ``published`` is, for each row of ``ok``, whether its id is published (a boolean array,
+    from ``ledger.published_in``), or the published ids themselves (small histories)."""
     if ok.num_rows == 0:
         return []
     order = pc.sort_indices(ok, sort_keys=[("source_key", "ascending"),
@@ -38,8 +43,14 @@ def find_duplicates(ok: pa.Table, published: pa.Array) -> list[Duplicate]:
     ids = ok.column("id").to_pylist()
     keys = ok.column("source_key").to_pylist()
     rows = ok.column("source_row").to_pylist()
-    in_published = pc.is_in(ok.column("id"), value_set=published).to_pylist() \
-        if len(published) else [False] * ok.num_rows
+    if isinstance(published, np.ndarray):
+        if len(published) != ok.num_rows:
+            raise ValueError(f"published mask has {len(published)} entries for "
+                             f"{ok.num_rows} rows")
+        in_published = published.tolist()
+    else:
+        in_published = pc.is_in(ok.column("id"), value_set=published).to_pylist() \
+            if len(published) else [False] * ok.num_rows
     first: dict[str, int] = {}
     out = []
     for i in order:

@@ -33,7 +33,7 @@ from shardline.tasks.convert.dedupe import find_duplicates, remove_duplicates
 from shardline.tasks.convert.job import META_DDL, ConvertJob, run_partition
 from shardline.tasks.convert.plan import MIN_TASK_BYTES, plan_groups, plan_parts, useful_tasks
 from shardline.tasks.convert.shard_writer import WrittenShard
-from shardline.tasks.ledger import load_published_ids
+from shardline.tasks.ledger import published_in
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     quarantine = sorted((s for s in shards if s.kind == "quarantine"), key=lambda s: s.path)
     ok_mask = pc.equal(rows.column("status"), "ok")
     ok = rows.filter(ok_mask)
-    dups = find_duplicates(ok, load_published_ids(store, latest.batches if latest else []))
+    dups = find_duplicates(ok, published_in(store, latest.batches if latest else [],
+                                            ok.column("id")))
     status = rows.column("status").to_pylist()
     rule = rows.column("rule").to_pylist()
     if dups:

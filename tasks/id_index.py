@@ -1,0 +1,156 @@
+"""The published-id index, hash-partitioned: what the duplicate check reads.
+
+Each published batch has one id file (``ids/batch=<id>-<run>.arrow``, named by the batch's
+``ids_path``): an Arrow IPC file with one ``id`` column whose record batch ``k`` holds the
+batch's ids in bucket ``k`` = xxh3_64(id) mod ``ID_BUCKETS`` (the bucket count is in the
+file's schema metadata). The duplicate check hashes only the *new* batch's ids; for each
+published file it reads the footer and then, with ranged GETs, only the buckets the new
+batch has ids in, one record batch at a time, and probes the new ids of that bucket against
+it. The driver holds the new batch's ids plus one bucket of one published batch per worker:
+its memory follows the size of the new data and of one published batch's bucket, never the
+history. Time is one pass over the published ids (O(history) bytes read, in parallel).
+
+Files written before bucketing (one ``id`` column, no bucket metadata) are still read: their
+record batches are probed with every new id.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import xxhash
+
+from shardline.core.store import ObjectStore
+
+ID_BUCKETS = 64                 # fixed: every id file of every dataset uses the same rule
+BUCKETS_KEY = b"shardline_id_buckets"
+IDS_SCHEMA = pa.schema([("id", pa.string())])
+
+
+def buckets_of(ids: pa.Array, n: int = ID_BUCKETS) -> np.ndarray:
+    """The bucket of each id: xxh3_64 of its UTF-8 bytes, mod ``n``."""
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(s.encode()) % n for s in ids.to_pylist()), np.int64, len(ids))
+
+
+def bucketed_table(ids: pa.Array, n: int = ID_BUCKETS) -> tuple[pa.Schema, list[pa.RecordBatch]]:
+    """``ids`` as ``n`` record batches, batch ``k`` holding the ids of bucket ``k``
+    (order within a bucket kept)."""
+    ids = ids.cast(pa.string())
+    b = buckets_of(ids, n)
+    order = np.argsort(b, kind="stable")
+    cuts = np.searchsorted(b[order], np.arange(n + 1))
+    sorted_ids = ids.take(pa.array(order))
+    schema = IDS_SCHEMA.with_metadata({BUCKETS_KEY: str(n).encode(), b"hash": b"xxh3_64"})
+    batches = [pa.record_batch([sorted_ids.slice(int(cuts[k]), int(cuts[k + 1] - cuts[k]))],
+                               schema=schema) for k in range(n)]
+    return schema, batches
+
+
+def encode_ids(ids: pa.Array, n: int = ID_BUCKETS) -> bytes:
+    """The bytes of a batch's bucketed id file (uncompressed Arrow IPC)."""
+    schema, batches = bucketed_table(ids, n)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema) as w:
+        for rb in batches:
+            w.write_batch(rb)
+    return sink.getvalue().to_pybytes()
+
+
+class _Ranged(io.RawIOBase):
+    """A seekable read-only file over ranged GETs of one object (what Arrow's file reader
+    needs to read a footer and single record batches without the whole object)."""
+
+    def __init__(self, store: ObjectStore, key: str, size: int):
+        self.store, self.key, self.size, self.pos = store, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buf: Any) -> int:
+        n = min(len(buf), self.size - self.pos)
+        if n <= 0:
+            return 0
+        data = self.store.get_bytes(self.key, (self.pos, self.pos + n - 1))
+        buf[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _open(store: ObjectStore, key: str) -> ipc.RecordBatchFileReader:
+    info = store.head(key)
+    if info is None:
+        from shardline.core.errors import StoreError
+        raise StoreError(f"{store.uri(key)}: the id index of a published batch is missing; the "
+                         "duplicate check cannot be exact without it. Restore it from a backup")
+    return ipc.open_file(pa.PythonFile(_Ranged(store, key, info.size), mode="r"))
+
+
+def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
+                   workers: int = 4) -> np.ndarray:
+    """For each of ``ids``, whether any published id file in ``ids_paths`` holds it."""
+    ids = ids.cast(pa.string())
+    hit = np.zeros(len(ids), bool)
+    paths = list(ids_paths)
+    if not len(ids) or not paths:
+        return hit
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # bucket count -> (order, cuts)
+    lock = threading.Lock()
+
+    def split(n: int) -> tuple[np.ndarray, np.ndarray]:
+        with lock:
+            if n not in cache:
+                b = buckets_of(ids, n)
+                order = np.argsort(b, kind="stable")
+                cache[n] = order, np.searchsorted(b[order], np.arange(n + 1))
+            return cache[n]
+
+    def probe(key: str) -> list[np.ndarray]:
+        """Positions (into ``ids``) found in ``key``."""
+        reader = _open(store, key)
+        meta = reader.schema.metadata or {}
+        found = []
+        if BUCKETS_KEY not in meta:                 # written before bucketing
+            for i in range(reader.num_record_batches):
+                col = reader.get_batch(i).column(0)
+                found.append(np.flatnonzero(pc.is_in(ids, value_set=col).to_numpy(
+                    zero_copy_only=False)))
+            return found
+        n = int(meta[BUCKETS_KEY])
+        order, cuts = split(n)
+        for k in range(n):
+            lo, hi = int(cuts[k]), int(cuts[k + 1])
+            if lo == hi:
+                continue                            # the new batch has no id in bucket k
+            col = reader.get_batch(k).column(0)
+            if not len(col):
+                continue
+            mine = order[lo:hi]
+            m = pc.is_in(ids.take(pa.array(mine)), value_set=col).to_numpy(zero_copy_only=False)
+            found.append(mine[m])
+        return found
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(paths)))) as pool:
+        for found in pool.map(probe, paths):
+            for f in found:
+                hit[f] = True
+    return hit
