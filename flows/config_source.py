@@ -129,8 +129,14 @@ def config_document(source: object) -> dict[str, Any]:
     return _parse_text(str(source), kind)
 
 
-def load_flow_config(source: object) -> Config:
-    """``source`` read and validated into a :class:`Config` (this machine's overrides)."""
+def load_with_document(source: object) -> tuple[Config, dict[str, Any]]:
+    """(``source`` validated into a :class:`Config` with this machine's overrides, the
+    unresolved document to hand on); errors name the path or URI."""
     doc = config_document(source)
     label = str(source).strip() if _kind(source) in ("s3", "path") else None
-    return parse_config(doc, label)
+    return parse_config(doc, label), doc
+
+
+def load_flow_config(source: object) -> Config:
+    """``source`` read and validated into a :class:`Config` (this machine's overrides)."""
+    return load_with_document(source)[0]

@@ -4,14 +4,20 @@ Wiring only; every stage lives in ``tasks/``, its Prefect task in ``flows/ingest
 Runs against the Prefect server named by ``PREFECT_API_URL`` (the embedded stack's, when it
 is up) or in Prefect's ephemeral mode. On a new version it emits
 ``shardline.dataset.published`` (resource ``shardline.dataset.<name>``, the version in the
-payload), which triggers training.
+payload, and the dataset config *by value*: the TOML document as a dict, so the training
+deployment can run on another machine), which triggers training.
+
+``config`` is a local path (the CLI), an ``s3://`` URI of the TOML object, or the config by
+value (dict or TOML text); see ``flows/config_source.py``. Runs are named
+``ingest-<dataset>-v<N>-<trigger>-<id6>`` (``-nothing-new-`` when there was nothing to
+ingest, ``v<N>-existing`` when the batch had been published before) and tagged with the
+dataset and the trigger (``flows/runs.py``).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -19,8 +25,9 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from shardline.core.config import SparkSettings, load_config
+from shardline.core.config import SparkSettings
 from shardline.flows.artifacts import artifact_key, publish_ingest_artifacts
+from shardline.flows.config_source import dataset_name, load_with_document
 from shardline.flows.ingest_tasks import (
     convert_stage,
     detect_stage,
@@ -30,6 +37,7 @@ from shardline.flows.ingest_tasks import (
     until_published,
     validate_stage,
 )
+from shardline.flows.runs import label_run, short_id
 from shardline.flows.settings import store_settings
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.stage import Converted
@@ -58,17 +66,8 @@ class IngestResult:
 
 
 def _run_name() -> str:
-    cfg = flow_run.parameters.get("config", "dataset")
-    return f"ingest-{Path(str(cfg)).stem}"
-
-
-def name_run(name: str) -> None:
-    """Rename this flow run once its outcome is known (dataset and version in the UI)."""
-    from prefect.client.orchestration import get_client
-
-    if flow_run.id:
-        with get_client(sync_client=True) as client:
-            client.update_flow_run(flow_run.id, name=name)
+    """The name until the outcome is known (then ``label_run`` renames the run)."""
+    return f"ingest-{dataset_name(flow_run.parameters.get('config'))}-running-{short_id()}"
 
 
 def _run_id() -> str:
@@ -77,10 +76,11 @@ def _run_id() -> str:
 
 
 @flow(name="ingest", flow_run_name=_run_name, log_prints=True)
-def ingest(config: str) -> dict[str, Any]:
+def ingest(config: str | dict[str, Any]) -> dict[str, Any]:
     """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict."""
     log = get_run_logger()
-    cfg = load_config(config).dataset
+    config_, document = load_with_document(config)   # the event carries the document
+    cfg = config_.dataset
     store, spark = store_settings(), SparkSettings.from_env()
     run_id = _run_id()
     progress = create_progress_artifact(0.0, key=artifact_key(cfg.name, "ingest-progress"),
@@ -111,7 +111,7 @@ def ingest(config: str) -> dict[str, Any]:
         update_progress_artifact(progress, 100.0)
         msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
         log.info(msg)
-        name_run(f"ingest-{cfg.name}-nothing-new")
+        label_run("ingest", cfg.name, "nothing-new")
         return IngestResult(cfg.name, None, message=msg).to_dict()
     batch, conv, report, pub = done
     update_progress_artifact(progress, 90.0)
@@ -123,10 +123,10 @@ def ingest(config: str) -> dict[str, Any]:
             resource={"prefect.resource.id": f"shardline.dataset.{cfg.name}",
                       "prefect.resource.name": cfg.name},
             payload={"dataset": cfg.name, "version": pub.version, "manifest": pub.manifest,
-                     "rows": pub.rows_published, "config": str(Path(config).resolve())},
+                     "rows": pub.rows_published, "config": document},
         )
     update_progress_artifact(progress, 100.0)
-    name_run(f"ingest-{cfg.name}-v{pub.version}")
+    label_run("ingest", cfg.name, pub.version if pub.created else f"v{pub.version}-existing")
     return IngestResult(
         dataset=cfg.name, version=pub.version, created=pub.created, batch=batch.id,
         rows_published=pub.rows_published, rows_quarantined=pub.rows_quarantined,

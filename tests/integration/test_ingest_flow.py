@@ -84,11 +84,35 @@ def test_flow_publishes_leaves_artifacts_and_emits_the_event(
     events = published_events("flowdigits")
     assert len(events) == 1
     assert events[0]["payload"]["version"] == 1
-    assert events[0]["payload"]["config"] == str(cfg.resolve())
+    # the config travels by value (no host path): the TOML document as a dict, which the
+    # train flow (on another machine) parses into the same configuration
+    import tomllib
 
-    again = ingest(config=str(cfg))
+    from shardline.core.config import load_config
+    from shardline.flows.config_source import load_flow_config
+
+    payload_config = events[0]["payload"]["config"]
+    assert payload_config == tomllib.loads(cfg.read_text())
+    assert str(tmp_path) not in json.dumps(events[0]["payload"])
+    assert load_flow_config(payload_config).dataset == load_config(cfg).dataset
+
+    again = ingest(config=payload_config)                   # by value into ingest too
     assert again["version"] is None and "nothing new" in again["message"]
     assert len(published_events("flowdigits", timeout_s=2)) == 1   # no second event
+    names = sorted(r.name for r in flow_runs("ingest"))
+    assert [n.rsplit("-", 1)[0] for n in names if "flowdigits" in n] == [
+        "ingest-flowdigits-nothing-new-cli", "ingest-flowdigits-v1-cli"]
+    assert all({"shardline", "ingest", "flowdigits", "trigger:cli"} <= set(r.tags)
+               for r in flow_runs("ingest") if "flowdigits" in r.name)
+
+
+def flow_runs(flow: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with get_client(sync_client=True) as client:
+        return list(client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(
+            any_=[flow]))))
 
 
 def test_flow_fails_on_a_failing_suite_and_reports_it(

@@ -97,12 +97,17 @@ def test_upload_event_ingest_publish_event_train(embedded: dict[str, Any]) -> No
     t_train = time.monotonic() - t0
     ingest = finished(api, "ingest", lambda r: True)
     assert [r["state_type"] for r in ingest] == ["COMPLETED"]
-    assert ingest[0]["name"] == "ingest-e2e-v1"
+    assert ingest[0]["name"].startswith("ingest-e2e-v1-event-")
+    assert "trigger:event" in ingest[0]["tags"]
     assert ingest[0]["parameters"]["config"] == str(embedded["config"].resolve())
     assert train["state_type"] == "COMPLETED", train
-    # parameters carried from the published event
-    assert train["parameters"] == {"config": str(embedded["config"].resolve()), "version": 1}
-    assert train["name"] == "train-e2e-v1"
+    # parameters carried from the published event: the config by value, no host path
+    import tomllib
+
+    assert train["parameters"] == {"config": tomllib.loads(embedded["config"].read_text()),
+                                   "version": 1}
+    assert train["name"].startswith("train-e2e-v1-event-")
+    assert {"e2e", "trigger:event"} <= set(train["tags"])
     registry = ModelRegistry(store, "e2e", cfg.train.model)
     promoted = registry.promoted()
     assert promoted is not None and promoted.number == 1
@@ -136,7 +141,8 @@ def test_the_same_upload_notified_twice_makes_one_version(embedded: dict[str, An
     wait("no ingest run in flight", lambda: not in_flight(api, "ingest"), 120)
     assert list_versions(store, cfg.dataset.prefix) == [1]
     latest = finished(api, "ingest", lambda r: True)[-1]
-    assert latest["state_type"] == "COMPLETED" and latest["name"] == "ingest-e2e-nothing-new"
+    assert latest["state_type"] == "COMPLETED" and latest["name"].startswith(
+        "ingest-e2e-nothing-new-event-")
     assert len(finished(api, "train", lambda r: True)) == 1     # nothing new: no training
 
 
