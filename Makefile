@@ -2,8 +2,10 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# Reinstall when pyproject.toml changes.
-STAMP  := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+# The tested lock (constraints/lock.py writes it): exact versions for make demo / make test.
+LOCK   := constraints/demo.txt
+# Reinstall when pyproject.toml or the lock changes.
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha1sum | cut -c1-12)
 
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
@@ -14,11 +16,11 @@ export DO_NOT_TRACK := 1
 setup: $(STAMP)
 
 # torch is installed first and pinned in every step: the local CPU wheel, never a CUDA build.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]' torch==2.13.0
+	$(BIN)/pip install -q -c $(LOCK) -e '.[dev,stack,demo]' torch==2.13.0
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -60,8 +62,12 @@ status:
 	$(BIN)/shardline status
 
 # Benchmark-only contenders (webdataset, Hugging Face datasets) come from the `bench` extra.
+# Peers (bench/peers.py): --no-deps, as both declare torchvision, which drags a CUDA torch in;
+# their runtime deps are in the extra. mosaicml-streaming imports torchvision itself: it runs
+# only where a torchvision loads (a CUDA torch); elsewhere the report says why not.
 bench: setup
 	$(BIN)/pip install -q -e '.[dev,bench]' torch==2.13.0
+	$(BIN)/pip install -q --no-deps litdata==0.2.76 mosaicml-streaming==0.13.0 torch==2.13.0
 	$(BIN)/shardline bench all
 
 clean:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from shardline.core.store import ObjectStore
+from shardline.resources import require_extra
 
 CLASSES = [str(i) for i in range(10)]
 
@@ -41,6 +42,7 @@ class Digit:
 
 def digits(start: int = 0, stop: int | None = None, prefix: str = "d") -> list[Digit]:
     """Digits ``start:stop`` with ids ``<prefix>00000``..."""
+    require_extra("sklearn", "demo", "the demo's digits data (scikit-learn)")
     from sklearn.datasets import load_digits
 
     data = load_digits()

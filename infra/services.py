@@ -21,6 +21,7 @@ from typing import Any
 import pyspark
 
 from shardline.infra import procs
+from shardline.resources import require_extra
 
 BIN = Path(sys.executable).parent
 # The caller's cloud credentials and profiles: no stack service needs them (the stack uses
@@ -146,6 +147,7 @@ def launch_moto(port: int, log_dir: Path, name: str = "s3") -> Launch:
     log = log_dir / "moto.log"
     url = f"http://127.0.0.1:{port}"
     health = f"{url}/moto-api/"
+    require_extra("moto", "stack", "the embedded S3 server (moto[server])")
     cmd = [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)]
     svc, proc = _spawn(name, cmd, log, port, url, health)
     return Launch(svc, proc, lambda: procs.http_ok(health))

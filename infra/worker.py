@@ -13,6 +13,7 @@ from pathlib import Path
 
 from shardline.infra import procs, services
 from shardline.infra.stack_state import REGION, StackConfig
+from shardline.resources import project_dir
 
 POOL = "shardline-process"
 
@@ -53,7 +54,7 @@ def launch_worker(cfg: StackConfig) -> services.Launch:
     api = env["PREFECT_API_URL"]
     cmd = [str(services.BIN / "prefect"), "worker", "start", "--pool", POOL, "--type",
            "process", "--name", f"shardline-worker-{cfg.ports['prefect']}"]
-    proc = procs.start(cmd, log, env=env, cwd=Path(__file__).resolve().parent.parent)
+    proc = procs.start(cmd, log, env=env, cwd=project_dir())
     svc = services.Service("worker", proc.pid, None, f"{api}/work_pools/{POOL}", str(log),
                            None, "SIGINT", procs.start_ticks(proc.pid))
     return services.Launch(svc, proc, lambda: _registered(api))

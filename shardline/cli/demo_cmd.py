@@ -22,8 +22,9 @@ import httpx
 import typer
 
 from shardline.infra.waiting import wait_for
+from shardline.resources import default_example_config
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "digits.toml"
+DEFAULT_CONFIG = default_example_config()   # examples/digits.toml (checkout or wheel)
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 

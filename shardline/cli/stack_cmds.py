@@ -16,6 +16,7 @@ from shardline.core.errors import ShardlineError
 from shardline.infra import stack
 from shardline.infra.snapshot import SnapshotSummary
 from shardline.infra.stack_state import StackConfig, StackState, resolve_home, stack_env
+from shardline.resources import default_example_config
 
 HomeOpt = typer.Option(None, "--home", help="stack folder (logs, state, snapshot) "
                        "(env SHARDLINE_HOME, default ./.shardline)")
@@ -33,7 +34,7 @@ SparkWorkersOpt = typer.Option(None, "--spark-workers", help="start a standalone
                                "master and N workers (env SHARDLINE_SPARK_WORKERS, default 0: "
                                "local mode)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "digits.toml"
+DEFAULT_CONFIG = default_example_config()   # examples/digits.toml (checkout or wheel)
 ConfigOpt = typer.Option(DEFAULT_CONFIG, "--config", "-c", envvar="SHARDLINE_CONFIG",
                          help="dataset TOML whose flows are deployed", exists=True,
                          dir_okay=False)
