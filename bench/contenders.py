@@ -7,7 +7,7 @@ after its step).
 The shardline contender is the trainer's own pipeline: ``ShardCache`` + ``ShardFetcher`` +
 ``ShardReader`` + ``make_plan`` + ``ShardStream`` + ``make_train_loader`` with the
 trainer's defaults (``TrainConfig``, ``LoaderSpec``), built the way ``trainer.run`` builds
-them; nothing is stripped.
+them; nothing is stripped. The peers (MosaicML Streaming, LitData) are in ``bench.peers``.
 """
 
 from __future__ import annotations
@@ -77,9 +77,10 @@ class ShardlineSet:
 
     def __init__(self, files: SetFiles, compression: str, store: ObjectStore,
                  cache_root: Path | None = None, spec: LoaderSpec | None = None,
-                 train: TrainConfig | None = None, pin_memory: bool = False) -> None:
+                 train: TrainConfig | None = None, pin_memory: bool = False,
+                 prebuild: bool = True) -> None:
         self.cfg = files.spec.dataset(compression)
-        self.pin_memory = pin_memory
+        self.pin_memory, self.prebuild = pin_memory, prebuild
         self.spec, self.train = spec or LoaderSpec(), train or TrainConfig(batch_size=BATCH)
         self.manifest = files.manifest(compression)
         cache = ShardCache(cache_root or files.cache_dir(compression),
@@ -96,7 +97,8 @@ class ShardlineSet:
                            seed=t.seed, window_rows=t.shuffle_window,
                            window_min_shards=self.spec.window_min_shards,
                            pin_memory=self.pin_memory,
-                           lookahead_bytes=int(self.spec.lookahead_mb * 2**20))
+                           lookahead_bytes=int(self.spec.lookahead_mb * 2**20),
+                           prebuild=self.prebuild)
 
     def batches(self, epochs: int = 10**6) -> Batches:
         stream = self.stream(epochs)
@@ -162,7 +164,7 @@ def hf_datasets(folder: Path, shape: tuple[int, int, int]) -> Batches:
         yield nchw(b["image"], shape), torch.from_numpy(b["label"].astype(np.int64))
 
 
-class PngFolder(torch.utils.data.Dataset):  # type: ignore[type-arg]
+class PngFolder(torch.utils.data.Dataset):  # type: ignore[type-arg,unused-ignore]
     """``<root>/<class>/<file>.png``, decoded with PIL per item (the classic path)."""
 
     def __init__(self, root: Path) -> None:

@@ -14,6 +14,7 @@ bytes (``bench.loader_cold``), and one extra untimed pass per contender for peak
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import shutil
@@ -30,7 +31,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import contenders as C  # noqa: E402
-from bench import loader_cold  # noqa: E402
+from bench import loader_cold, peers  # noqa: E402
 from bench.common import (  # noqa: E402
     PeakMemory,
     bar,
@@ -87,7 +88,13 @@ def _contenders(files: SetFiles, sets: dict[str, C.ShardlineSet]
         "png_dataloader_w0": (lambda: C.png_dataloader(files.png, 0), 1),
         "png_dataloader_w2": (lambda: C.png_dataloader(files.png, 2), 2),
     }
-    return {k: v for k, v in found.items() if k not in MISSING}
+    for name in peers.PEERS:          # built in measure_set where the peer imports
+        found[name] = (_peer_factory(name, files.root / name), 3)
+    return {k: v for k, v in found.items() if k not in MISSING and k not in peers.peer_errors()}
+
+
+def _peer_factory(name: str, folder: Path) -> Callable[[], Iterator[Any]]:
+    return lambda: peers.READERS[name](folder, C.BATCH)
 
 
 def _timed(factory: Callable[[], Iterator[Any]], warmup: int, seconds: float) -> float:
@@ -112,12 +119,16 @@ def measure_set(spec: SetSpec, plan: Plan, store: Any, log: Callable[[str], None
     for fmt in ("shards-none", "shards-lz4", "raw", "parquet", "png", "wds", "hf"):
         if not (fmt == "hf" and "hf_datasets" in MISSING):
             files.ensure(fmt)
+    for name in peers.PEERS:
+        if name not in peers.peer_errors():
+            peers.ensure(name, files.root, files.raw, spec.shape)
     log(f"{spec.name}: {spec.rows} x {spec.shape} ready in {time.perf_counter() - t0:.1f}s "
         f"({files.root})")
     sets = _open_sets(files, store)
     seconds = plan.seconds * (1.0 if spec.nbytes < 100_000 else 1.5)
     found = _contenders(files, sets)
-    fns = {name: (lambda f=f, w=w: _timed(f, w, seconds)) for name, (f, w) in found.items()}
+    fns: dict[str, Callable[[], float]] = {
+        name: functools.partial(_timed, f, w, seconds) for name, (f, w) in found.items()}
     fns["memcpy"] = lambda: C.memcpy_gbps(256 << 20, seconds) * 1e9 / spec.nbytes
     values = interleaved(fns, plan.rounds, lambda r: log(f"{spec.name}: round {r + 1} done"))
     for s in sets.values():
@@ -139,6 +150,7 @@ def measure_set(spec: SetSpec, plan: Plan, store: Any, log: Callable[[str], None
     out["shardline_vs_png_dataloader"] = ratio(values["shardline"], values["png_dataloader_w2"])
     out["shardline_vs_png_dataloader_w0"] = ratio(values["shardline"],
                                                   values["png_dataloader_w0"])
+    out["shardline_vs_best_peer"] = peers.best_peer_ratio(values)
     out["raw_arrow_vs_numpy_ram"] = ratio(values[REFERENCE], values["numpy_ram"])
     return files, out
 
@@ -176,7 +188,8 @@ def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
         result: dict[str, Any] = {"part": "loader", "quick": quick, "machine": machine(),
                                   "plan": asdict(plan), "batch_size": C.BATCH,
                                   "pixels": "synthetic (random half-resolution, upsampled 2x)",
-                                  "missing": {k: f"not installed: {v}" for k, v in MISSING.items()},
+                                  "missing": {k: f"not installed: {v}" for k, v in MISSING.items()}
+                                  | peers.peer_errors(),
                                   "cold": {}}
         for spec in plan.sets():
             files, result[spec.name] = measure_set(spec, plan, store, log)
@@ -197,6 +210,13 @@ def bars(r: dict[str, Any]) -> list[dict[str, Any]]:
            bar("L.shardline_vs_raw_arrow", r["L"]["shardline_vs_raw_arrow"], 0.9),
            bar("S.shardline_vs_png_dataloader", r["S"]["shardline_vs_png_dataloader"], 50.0,
                note="vs DataLoader with 2 workers")]
+    ran = [p for p in peers.PEERS if p not in peers.peer_errors()]
+    note = (f"best of {', '.join(ran)}" if ran else "no peer could run here") + (
+        "; " + "; ".join(f"{p}: cannot run here" for p in peers.peer_errors()) if
+        peers.peer_errors() else "")
+    for name, target in (("S", 10.0), ("L", 3.0)):
+        out.append(bar(f"{name}.shardline_vs_best_peer", r[name]["shardline_vs_best_peer"],
+                       target, note=note))
     for name, cold in r["cold"].items():
         out.append(bar(f"cold.{name}.shardline_vs_raw_get", cold["shardline_vs_raw_get"], 0.8))
     return out
@@ -212,11 +232,11 @@ def print_tables(r: dict[str, Any], stderr: bool = False) -> None:
         print_table(f"loader {name}: {s['rows']} x {s['shape']}, batch 256, median of "
                     f"{r['plan']['rounds']} rounds", ["contender", "samples/s", "GB/s",
                     "x raw_arrow", "peak anon MB", "workers MB"], rows, stderr)
-    rows = [(n, c["raw_get_mb_per_s"], c["shardline_cold_mb_per_s"],
+    rows2 = [(n, c["raw_get_mb_per_s"], c["shardline_cold_mb_per_s"],
              c["shardline_cold_samples_per_s"], c["shardline_vs_raw_get"])
-            for n, c in r["cold"].items()]
+             for n, c in r["cold"].items()]
     print_table("first epoch, cold cache, from the S3 server", ["set", "raw GET MB/s",
-                "shardline MB/s", "shardline samples/s", "ratio"], rows, stderr)
+                "shardline MB/s", "shardline samples/s", "ratio"], rows2, stderr)
     print_table("bars", ["bar", "value", "target", "met"],
                 [(b["name"], b["value"], f"{b['op']} {b['target']}", b["met"]) for b in r["bars"]],
                 stderr)

@@ -67,6 +67,27 @@ def _convert_table(r: dict[str, Any]) -> str:
                      "Spark job s", "driver dedupe s"], rows)
 
 
+def _peers(loader: dict[str, Any]) -> dict[str, str]:
+    """shardline against the best peer per set, and why a peer did not run."""
+    from bench.peers import PEERS
+
+    rows = []
+    for name in ("S", "L"):
+        c = loader[name]["contenders"]
+        ran = {p: c[p]["samples_per_s"] for p in PEERS if p in c}
+        best = max(ran, key=lambda p: ran[p]) if ran else None
+        rows.append([name, c["shardline"]["samples_per_s"],
+                     ran.get("mds", "did not run"), ran.get("litdata", "did not run"),
+                     best or "none", loader[name].get("shardline_vs_best_peer", float("nan"))])
+    missing = loader.get("missing", {})
+    why = "".join(f"- `{p}` **could not run on this machine**: `{missing[p]}`\n"
+                  for p in PEERS if p in missing)
+    return {"peers": md_table(["set", "shardline samples/s", "mds samples/s",
+                               "litdata samples/s", "best peer", "shardline / best peer"],
+                              rows),
+            "peers_missing": why or "Both peers ran in this run."}
+
+
 def _bars_table(bars: list[dict[str, Any]]) -> str:
     mark = {True: "met", False: "**missed**", None: "not measured"}
     return md_table(["bar", "value", "target", "result", "note"],
@@ -161,6 +182,7 @@ def fields() -> dict[str, str]:
               "loader_elapsed": fmt(loader["elapsed_s"]),
               "memcpy_S": fmt(loader["S"]["memcpy_gbps"]),
               "memcpy_L": fmt(loader["L"]["memcpy_gbps"])}
+        f |= _peers(loader)
     if convert:
         f |= {"convert": _convert_table(convert), "convert_elapsed": fmt(convert["elapsed_s"]),
               "spark_start": md_table(["master", "JVM start s", "first job s"], [
@@ -173,6 +195,13 @@ def fields() -> dict[str, str]:
                                 f"{convert['rounds']['s3']} (S3)"}
     if pipeline:
         f |= _pipeline_tables(pipeline)
+    ab = [(m, r) for m, r in (("wall", _load("loader-ab")), ("cpu", _load("loader-ab-cpu"))) if r]
+    if ab:
+        f["loader_ab"] = md_table(
+            ["S loader", "measure", "samples/s", "x raw_arrow", "load average at start"],
+            [[f"`{n}`", "consumer-thread CPU s" if m == "cpu" else "wall s",
+              c["samples_per_s"], c["vs_raw_arrow"], str(r["machine"]["load_avg_at_start"])]
+             for m, r in ab for n, c in r["contenders"].items()])
     if gpu:
         f["gpu"] = md_table(["feed", "samples/s", "data-wait share"], [
             [n, gpu["samples_per_s"][n], gpu["data_wait_share"][n]] for n in gpu["samples_per_s"]])

@@ -17,7 +17,9 @@ Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC b
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ class ShardStream(BaseNode[Batch]):
     def __init__(self, plan: TrainPlan, reader: ShardReader, *, batch_size: int, epochs: int,
                  seed: int, rank: int = 0, world: int = 1, window_rows: int = 8192,
                  window_min_shards: int = 8, pin_memory: bool = False,
-                 lookahead_bytes: int | None = None) -> None:
+                 lookahead_bytes: int | None = None, prebuild: bool = True) -> None:
         super().__init__()
         if batch_size <= 0 or epochs <= 0:
             raise ValueError(f"{batch_size=} and {epochs=} must be positive")
@@ -51,6 +53,10 @@ class ShardStream(BaseNode[Batch]):
         self.rank, self.world = rank, world
         self.window_rows, self.window_min_shards = window_rows, window_min_shards
         self.pin_memory, self.lookahead_bytes = pin_memory, lookahead_bytes
+        self.prebuild = prebuild
+        self._build_lock = threading.Lock()   # the window caches, shared with the helper
+        self._ahead: tuple[tuple[int, int, int], Future[Picks]] | None = None
+        self._windows_by_epoch: dict[int, list[list[int]]] = {}
         self.shape = reader.shape
         self.nbytes = int(np.prod(self.shape))
         self._shards: list[PlannedShard] = plan.train_shards
@@ -77,9 +83,8 @@ class ShardStream(BaseNode[Batch]):
             self._epoch = int(initial_state[self.EPOCH_KEY])
             self._w = int(initial_state[self.WINDOW_KEY])
             self._offset = int(initial_state[self.OFFSET_KEY])
-        self._windows_epoch = -1
-        self._windows: list[list[int]] = []
         self._win: Picks | None = None
+        self._ahead = None
 
     def get_state(self) -> dict[str, Any]:
         return {self.EPOCH_KEY: self._epoch, self.WINDOW_KEY: self._w,
@@ -129,13 +134,19 @@ class ShardStream(BaseNode[Batch]):
         """Hand a consumed batch's image buffer back for reuse (see ``BufferPool``)."""
         self.pool.release(batch["image"], event)
 
-    def _epoch_windows(self) -> list[list[int]]:
-        if self._windows_epoch != self._epoch:
-            order = shard_order(len(self._shards), self.seed, self._epoch)
-            self._windows = make_windows(order.tolist(), self._expected, self.window_rows,
-                                         self.window_min_shards)
-            self._windows_epoch = self._epoch
-        return self._windows
+    def _epoch_windows(self, epoch: int | None = None) -> list[list[int]]:
+        """The windows (lists of train-shard indexes) of ``epoch`` (default: the current)."""
+        epoch = self._epoch if epoch is None else epoch
+        with self._build_lock:
+            windows = self._windows_by_epoch.get(epoch)
+            if windows is None:
+                order = shard_order(len(self._shards), self.seed, epoch)
+                windows = make_windows(order.tolist(), self._expected, self.window_rows,
+                                       self.window_min_shards)
+                for old in [e for e in self._windows_by_epoch if e < epoch - 1]:
+                    del self._windows_by_epoch[old]
+                self._windows_by_epoch[epoch] = windows
+        return windows
 
     def _window(self, carried: int) -> Picks | None:
         """The current window's picks for this rank, built on first use; None at epoch end.
@@ -149,25 +160,63 @@ class ShardStream(BaseNode[Batch]):
             if self._w >= len(windows):
                 return None
             phase = (self._offset + self.batch_size - carried) % self.batch_size
-            self._win = self._build(windows, self._w, phase)
+            self._win = self._built(self._epoch, self._w, phase)
+            if self.prebuild:
+                self._build_next(len(windows), len(self._win), phase)
         return self._win
 
-    def _build(self, windows: list[list[int]], w: int, phase: int) -> Picks:
+    # -- window builds: the next one on a helper thread, off the batch path -------------------
+    def _built(self, epoch: int, w: int, phase: int) -> Picks:
+        """Window ``w`` of ``epoch`` with ``phase``: the helper's build when it built exactly
+        that one (a pure function of the three, so the result is identical), else built here."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[0] == (epoch, w, phase):
+            try:
+                return ahead[1].result()
+            except Exception:  # noqa: BLE001 - build it here, where the error is raised
+                pass
+        return self._build(epoch, w, phase)
+
+    def _build_next(self, n_windows: int, length: int, phase: int) -> None:
+        """Start building the window after the current one (same epoch: its phase follows
+        from this window's length; next epoch: phase 0, a new epoch starts a new batch)."""
+        epoch, w = self._epoch, self._w + 1
+        if w < n_windows:
+            key = (epoch, w, (phase - length) % self.batch_size)
+        elif epoch + 1 < self.epochs:
+            key = (epoch + 1, 0, 0)
+        else:
+            return
+        fut: Future[Picks] = Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(self._build(*key))
+            except BaseException as exc:  # noqa: BLE001 - rebuilt (and raised) on use
+                fut.set_exception(exc)
+
+        threading.Thread(target=run, daemon=True, name="shard-window").start()
+        self._ahead = (key, fut)
+
+    def _build(self, epoch: int, w: int, phase: int) -> Picks:
+        windows = self._epoch_windows(epoch)
         upcoming = [self._shards[i].entry for win in windows[w:] for i in win]
         self.reader.source.prefetch(upcoming, self.lookahead_bytes)
         members = tuple(sorted(windows[w]))   # the window's samples in a canonical order
-        if self._last_members != members:     # (a one-window epoch reuses them)
-            items = []
-            for i in members:
-                s = self._shards[i]
-                shard = self.reader.open(s)
-                rows = self._rows.get(s.ordinal)
-                if rows is None:
-                    rows = self._rows[s.ordinal] = self.plan.train_rows(s, self.reader.index(s))
-                items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
-            self._last_members, self._last_picks = members, build_picks(items)
-        picks = self._last_picks
-        pos = rank_positions(window_permutation(len(picks), self.seed, self._epoch, w),
+        with self._build_lock:
+            if self._last_members != members:     # (a one-window epoch reuses them)
+                items = []
+                for i in members:
+                    s = self._shards[i]
+                    shard = self.reader.open(s)
+                    rows = self._rows.get(s.ordinal)
+                    if rows is None:
+                        rows = self._rows[s.ordinal] = self.plan.train_rows(
+                            s, self.reader.index(s))
+                    items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
+                self._last_members, self._last_picks = members, build_picks(items)
+            picks = self._last_picks
+        pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)
         return picks.select(pos, chunk=self.batch_size, phase=phase)
 

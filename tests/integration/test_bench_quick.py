@@ -24,6 +24,8 @@ RATIOS = ("S.shardline_vs_raw_arrow", "S.shardline_vs_png_dataloader",
 OPTIONAL_PRESENT = {name for name, pkg in (("webdataset", "webdataset"),
                                            ("hf_datasets", "datasets"))
                     if importlib.util.find_spec(pkg) is not None}
+# Peers (bench.peers) run where their package imports; otherwise the result says why not.
+PEERS = {"mds": "streaming", "litdata": "litdata"}
 
 
 def _get(obj: dict, dotted: str) -> object:
@@ -55,10 +57,20 @@ def test_loader_quick_json_has_positive_medians_and_ratios(tmp_path: Path) -> No
         for c in contenders.values():
             assert _positive(c["samples_per_s"]) and _positive(c["vs_raw_arrow"])
             assert len(c["rounds"]) == 2
+    for name, module in PEERS.items():
+        if name in result["missing"]:              # cannot run here: the import error
+            assert f"import {module}:" in result["missing"][name]
+        else:
+            assert name in result["S"]["contenders"] and name in result["L"]["contenders"]
+    ran = set(PEERS) - set(result["missing"])
+    for name in ("S", "L"):
+        assert _positive(result[name]["shardline_vs_best_peer"]) == bool(ran)
     assert _positive(result["cold"]["S"]["shardline_vs_raw_get"])
     assert {b["name"] for b in result["bars"]} >= {"S.shardline_vs_raw_arrow",
                                                    "L.shardline_vs_raw_arrow",
-                                                   "S.shardline_vs_png_dataloader"}
+                                                   "S.shardline_vs_png_dataloader",
+                                                   "S.shardline_vs_best_peer",
+                                                   "L.shardline_vs_best_peer"}
     m = result["machine"]
     assert m["cores"] >= 1 and m["memory_gb"] > 0 and "gpu" in m
     assert (tmp_path / "results" / "loader-quick.json").is_file()

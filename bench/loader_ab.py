@@ -1,0 +1,111 @@
+"""The S loader against raw mmap Arrow in one process, and where its time goes.
+
+    .venv/bin/python -m bench.loader_ab [--rows N] [--rounds R] [--seconds S] [--profile]
+
+Interleaved rounds (``bench.common``) of ``shardline`` (the trainer's loader, defaults as
+``bench.loader``), ``shardline_thread`` (the prefetch thread used on CUDA) and ``raw_arrow``
+on one set; prints the median per-round ratios. ``--profile`` then runs the shardline
+loader alone under pyinstrument (bench extra) and prints the call tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench import contenders as C  # noqa: E402
+from bench.common import interleaved, machine, median, rate, ratio, write_result  # noqa: E402
+from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
+from shardline.core.config import StoreSettings  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.trainer.options import LoaderSpec  # noqa: E402
+
+
+def _set(rows: int) -> SetFiles:
+    spec = SetSpec("S", rows, (32, 32, 3), 512)
+    images, labels = pixels(spec)
+    files = SetFiles(spec, images, labels)
+    for fmt in ("shards-none", "raw"):
+        files.ensure(fmt)
+    return files
+
+
+def cpu_rate(it: Iterator[tuple[Any, Any]], *, warmup: int, batches: int) -> float:
+    """Samples per CPU second of this thread over ``batches`` batches after a warm-up."""
+    for _ in range(warmup):
+        next(it)
+    n, t0 = 0, time.thread_time()
+    for _ in range(batches):
+        n += len(next(it)[1])
+    return n / (time.thread_time() - t0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--seconds", type=float, default=0.5)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--cpu", action="store_true",
+                    help="samples per CPU second of the consuming thread (time.thread_time) "
+                         "instead of per wall second: the critical path, robust to a loaded "
+                         "machine; work on helper threads is not counted")
+    args = ap.parse_args(argv)
+    files = _set(args.rows)
+    # the shards sit in a warm cache: the store is never reached
+    store = ObjectStore(StoreSettings(bucket="unused", endpoint_url="http://127.0.0.1:9",
+                                      access_key="x", secret_key="x"))
+    sets = {"shardline": C.ShardlineSet(files, "none", store),
+            "shardline_noprebuild": C.ShardlineSet(files, "none", store, prebuild=False),
+            "shardline_thread": C.ShardlineSet(files, "none", store,
+                                               spec=LoaderSpec(prefetch_batches=4))}
+
+    def timed(factory: Callable[[], Iterator[Any]]) -> Callable[[], float]:
+        def run() -> float:
+            it = factory()
+            try:
+                if args.cpu:
+                    return cpu_rate(it, warmup=5, batches=int(args.seconds * 2000))
+                return rate(it, warmup=5, seconds=args.seconds, min_batches=2)
+            finally:
+                it.close()  # type: ignore[attr-defined]
+        return run
+
+    fns = {name: timed(s.batches) for name, s in sets.items()}
+    fns["raw_arrow"] = timed(lambda: C.raw_arrow(files.raw, files.spec.shape))
+    values = interleaved(fns, args.rounds)
+    out = {n: {"samples_per_s": round(median(v)), "vs_raw_arrow": round(ratio(v, values[
+        "raw_arrow"]), 3)} for n, v in values.items()}
+    print(json.dumps(out, indent=1))
+    write_result("loader-ab-cpu" if args.cpu else "loader-ab", {
+        "part": "loader_ab", "machine": machine(), "rows": args.rows,
+        "rounds": args.rounds, "cpu": args.cpu, "contenders": out})
+    if args.profile:
+        from pyinstrument import Profiler
+
+        it = sets["shardline"].batches()
+        for _ in range(5):
+            next(it)
+        with Profiler(interval=0.0002) as prof:
+            for _ in range(3000):
+                next(it)
+        it.close()  # type: ignore[attr-defined]
+        print(prof.output_text(unicode=False, color=False, show_all=False))
+    for s in sets.values():
+        s.close()
+    return 0
+
+
+if __name__ == "__main__":
+    tempfile.tempdir = None
+    sys.exit(main())
