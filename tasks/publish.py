@@ -121,13 +121,17 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
         latest = latest_manifest(store, cfg.prefix)
         done = latest.batch(conv.batch.id) if latest else None
         if done is not None:
-            log.info("batch %s is already published in version %d; publishing nothing",
-                     conv.batch.id, done.version)
-            store.delete(copied)
+            # Our own commit whose reply was lost (a 5xx after the write, then 412 on the
+            # retry): its objects are the version's, never delete them (issue 11 chaos).
+            own = done.ids_path == ids_path
+            log.info("batch %s is already published in version %d%s", conv.batch.id,
+                     done.version, " (by this run)" if own else "; publishing nothing")
+            if not own:
+                store.delete(copied)
             write_claim(store, cfg, conv.batch, done.version)
             _drop_staging(store, cfg, conv.run_id)
             m = read_manifest(store, cfg.prefix, done.version)
-            return _result(store, cfg, m, created=False)
+            return _result(store, cfg, m, created=own)
         _check_rebase(store, conv, latest)
         if not copied:
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])

@@ -6,8 +6,9 @@ itself with an S3-style error instead of forwarding (``503 SlowDown`` or ``500
 InternalError``, alternately chosen by the same RNG), as a throttled or failing S3 would.
 With ``p_after`` it forwards the request and *then* answers 500, so the write happened but
 the client does not know: the hardest case for a retry (a conditional PUT retried after
-it succeeded sees 412). Everything else is forwarded byte for byte (path, query, headers,
-body), so signatures still match.
+it succeeded sees 412). :meth:`FaultProxy.lose_reply_once` does that to the next request
+matching a pattern (e.g. the PUT of a version document), deterministically. Everything
+else is forwarded byte for byte (path, query, headers, body), so signatures still match.
 
 Loopback only: it listens on 127.0.0.1 and forwards to the one upstream it was given.
 Stopped by :meth:`FaultProxy.stop` (or as a context manager); counts what it did.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import http.client
 import random
+import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -48,6 +50,7 @@ class FaultProxy:
         self.upstream = (u.hostname, u.port or 80)
         self.p, self.p_after = p, p_after
         self._rng = random.Random(seed)
+        self._lose_once: re.Pattern[str] | None = None
         self._lock = threading.Lock()
         self.counts = Counts()
         proxy = self
@@ -85,7 +88,7 @@ class FaultProxy:
 
             def _handle(self) -> None:
                 body = self._body()
-                before, after, err = proxy._draw()
+                before, after, err = proxy._draw(f"{self.command} {self.path}")
                 if before:
                     self._error(*err)
                     return
@@ -125,7 +128,7 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def _draw(self) -> tuple[bool, bool, tuple[int, str, str]]:
+    def _draw(self, request: str) -> tuple[bool, bool, tuple[int, str, str]]:
         with self._lock:
             c = self.counts
             c.requests += 1
@@ -133,6 +136,8 @@ class FaultProxy:
             err = _ERRORS[self._rng.randrange(len(_ERRORS))]
             before = x < self.p
             after = not before and x < self.p + self.p_after
+            if self._lose_once is not None and self._lose_once.search(request):
+                self._lose_once, before, after, err = None, False, True, _ERRORS[1]
             if before:
                 c.faults_before += 1
             elif after:
@@ -142,6 +147,12 @@ class FaultProxy:
             if before or after:
                 c.by_code[err[0]] = c.by_code.get(err[0], 0) + 1
             return before, after, err
+
+    def lose_reply_once(self, pattern: str) -> None:
+        """Forward the next request whose ``"METHOD /path?query"`` matches ``pattern``, then
+        answer 500 as if it had failed."""
+        with self._lock:
+            self._lose_once = re.compile(pattern)
 
     def set_rates(self, p: float, p_after: float = 0.0) -> None:
         with self._lock:
