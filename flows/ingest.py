@@ -5,7 +5,9 @@ Runs against the Prefect server named by ``PREFECT_API_URL`` (the embedded stack
 is up) or in Prefect's ephemeral mode. On a new version it emits
 ``shardline.dataset.published`` (resource ``shardline.dataset.<name>``, the version in the
 payload, and the dataset config *by value*: the TOML document as a dict, so the training
-deployment can run on another machine), which triggers training.
+deployment can run on another machine), which triggers training. A run that loses the
+publish race to a concurrent ingest (``PublishConflict``) goes back to detect with backoff
+and converts only what is still unpublished (``until_published``; docs/reliability.md).
 
 ``config`` is a local path (the CLI), an ``s3://`` URI of the TOML object, or the config by
 value (dict or TOML text); see ``flows/config_source.py``. Runs are named
