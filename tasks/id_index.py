@@ -4,11 +4,12 @@ Each published batch has one id file (``ids/batch=<id>-<run>.arrow``, named by t
 ``ids_path``): an Arrow IPC file with one ``id`` column whose record batch ``k`` holds the
 batch's ids in bucket ``k`` = xxh3_64(id) mod ``ID_BUCKETS`` (the bucket count is in the
 file's schema metadata). The duplicate check hashes only the *new* batch's ids; for each
-published file it reads the footer and then, with ranged GETs, only the buckets the new
-batch has ids in, one record batch at a time, and probes the new ids of that bucket against
-it. The driver holds the new batch's ids plus one bucket of one published batch per worker:
-its memory follows the size of the new data and of one published batch's bucket, never the
-history. Time is one pass over the published ids (O(history) bytes read, in parallel).
+published file it probes, bucket by bucket, the new ids of bucket k against record batch k.
+A file up to ``WHOLE_FILE_BYTES`` is read in one GET; a larger one by ranged GETs of its
+footer and of only the buckets the new batch has ids in. The driver holds the new batch's
+ids plus, per worker, one small published file or one bucket of a large one: its memory
+follows the new data, never the history. Time is one pass over the published ids
+(O(history) bytes read, in parallel).
 
 Files written before bucketing (one ``id`` column, no bucket metadata) are still read: their
 record batches are probed with every new id.
@@ -28,9 +29,13 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import xxhash
 
+from shardline.core.errors import StoreError
 from shardline.core.store import ObjectStore
 
 ID_BUCKETS = 64                 # fixed: every id file of every dataset uses the same rule
+# An id file up to this size is read in one GET (per worker in memory at once: 4 x 32 MB);
+# a larger one (a batch of more than ~1M ids) bucket by bucket with ranged GETs.
+WHOLE_FILE_BYTES = 32 << 20
 BUCKETS_KEY = b"shardline_id_buckets"
 IDS_SCHEMA = pa.schema([("id", pa.string())])
 
@@ -97,11 +102,14 @@ class _Ranged(io.RawIOBase):
 
 
 def _open(store: ObjectStore, key: str) -> ipc.RecordBatchFileReader:
+    """A reader of one id file: the whole file in one GET when it is small (one request per
+    published batch), else ranged GETs of the footer and of the buckets asked for."""
     info = store.head(key)
     if info is None:
-        from shardline.core.errors import StoreError
         raise StoreError(f"{store.uri(key)}: the id index of a published batch is missing; the "
                          "duplicate check cannot be exact without it. Restore it from a backup")
+    if info.size <= WHOLE_FILE_BYTES:
+        return ipc.open_file(pa.py_buffer(store.get_bytes(key)))
     return ipc.open_file(pa.PythonFile(_Ranged(store, key, info.size), mode="r"))
 
 

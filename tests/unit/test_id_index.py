@@ -74,7 +74,8 @@ def test_membership_is_exact_over_new_and_legacy_files() -> None:
     assert mask.any() and not mask.all()
 
 
-def test_only_the_needed_buckets_are_read() -> None:
+def test_only_the_needed_buckets_of_a_large_file_are_read(monkeypatch) -> None:
+    monkeypatch.setattr(id_index, "WHOLE_FILE_BYTES", 1000)
     store = FileStore()
     store.objects["ids/big.arrow"] = id_index.encode_ids(_ids("x", 50_000))
     new = pa.array(["x-7", "x-123", "nope"])
@@ -83,3 +84,17 @@ def test_only_the_needed_buckets_are_read() -> None:
     read = sum(n for _, n in store.gets)
     assert read < len(store.objects["ids/big.arrow"]) / 8     # a few buckets, not the file
     assert id_index.published_mask(store, [], new).tolist() == [False] * 3  # type: ignore[arg-type]
+
+
+def test_a_small_file_is_one_get_and_a_missing_one_is_named() -> None:
+    store = FileStore()
+    store.objects["ids/a.arrow"] = id_index.encode_ids(_ids("a", 1000))
+    new = _ids("a", 1500)
+    mask = id_index.published_mask(store, ["ids/a.arrow"], new)  # type: ignore[arg-type]
+    assert mask.tolist() == [True] * 1000 + [False] * 500
+    assert store.gets == [("ids/a.arrow", len(store.objects["ids/a.arrow"]))]
+    import pytest
+
+    from shardline.core.errors import StoreError
+    with pytest.raises(StoreError, match="ids/gone.arrow: the id index .* missing"):
+        id_index.published_mask(store, ["ids/gone.arrow"], new)  # type: ignore[arg-type]
