@@ -68,6 +68,7 @@ class ShardStream(BaseNode[Batch]):
                        f"/win{window_rows}x{window_min_shards}")
         self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
         self.samples, self.busy_s = 0, 0.0       # production stats (read by the trainer)
+        self.windows_built = self.windows_prebuilt = 0   # windows, and those from the helper
 
     # -- state ------------------------------------------------------------------------------
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -170,9 +171,12 @@ class ShardStream(BaseNode[Batch]):
         """Window ``w`` of ``epoch`` with ``phase``: the helper's build when it built exactly
         that one (a pure function of the three, so the result is identical), else built here."""
         ahead, self._ahead = self._ahead, None
+        self.windows_built += 1
         if ahead is not None and ahead[0] == (epoch, w, phase):
             try:
-                return ahead[1].result()
+                picks = ahead[1].result()
+                self.windows_prebuilt += 1
+                return picks
             except Exception:  # noqa: BLE001 - build it here, where the error is raised
                 pass
         return self._build(epoch, w, phase)

@@ -158,3 +158,34 @@ def test_buffers_are_reused_only_after_release(local_digits: LocalDigits) -> Non
         s.release(next(s))
     assert all(torch.equal(a["image"], b) for a, b in zip(kept, snapshot, strict=True))
     assert s.pool.allocated == 4
+
+
+@pytest.mark.parametrize("batch_size", [32, 37])          # 37: windows end mid-batch
+def test_prebuilt_windows_give_the_same_batches_and_resume(local_digits: LocalDigits,
+                                                           batch_size: int) -> None:
+    """The helper thread that builds the next window ahead changes nothing: the batches of
+    several multi-window epochs equal those of a stream that builds every window itself,
+    and a resumed prebuilding stream continues with exactly the remaining samples."""
+    plan = local_digits.plan(since=None)
+    kw: dict[str, object] = dict(epochs=3, batch_size=batch_size, window_rows=150)
+    s_ahead, s_inline = stream(local_digits, plan, **kw), stream(local_digits, plan,
+                                                                prebuild=False, **kw)
+    ahead = list(make_train_loader(s_ahead, LoaderSpec()))
+    inline = list(make_train_loader(s_inline, LoaderSpec()))
+    assert len(ahead) == len(inline) > 3 * 1400 // batch_size
+    # every window after the first came from the helper; the inline stream used none
+    assert s_ahead.windows_built == s_inline.windows_built > 6
+    assert s_ahead.windows_prebuilt == s_ahead.windows_built - 1
+    assert s_inline.windows_prebuilt == 0
+    for a, b in zip(ahead, inline, strict=True):
+        assert a["key"].tolist() == b["key"].tolist() and a["epoch"] == b["epoch"]
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    loader = make_train_loader(stream(local_digits, plan, **kw), LoaderSpec())
+    it = iter(loader)
+    for _ in range(len(ahead) // 2):
+        next(it)
+    state = loader.state_dict()
+    resumed = make_train_loader(stream(local_digits, plan, **kw), LoaderSpec())
+    resumed.load_state_dict(state)
+    rest = [b["key"].tolist() for b in resumed]
+    assert rest == [b["key"].tolist() for b in inline[len(ahead) // 2:]]
