@@ -3,8 +3,9 @@ be recomputed after a restart without replaying what came before.
 
 1. Shards are permuted per epoch.
 2. Consecutive shards of that order form *windows* of at least ``min_rows`` expected rows
-   and ``min_shards`` shards. Published shards are partitioned by label, so a window must
-   span several shards, or a batch would hold a single class.
+   and ``min_shards`` shards. A shard's rows are sorted by label (and with
+   ``partition_by = ["batch", "label"]`` a shard holds one label), so a window must span
+   several shards, or a batch would hold few classes.
 3. The window's rows are permuted (one RNG stream per (seed, epoch, window)); every row of
    the window appears exactly once, so every sample appears exactly once per epoch.
 4. With ``world`` ranks, the permuted window is cut to a multiple of ``world`` and rank r

@@ -22,7 +22,7 @@ def test_example_config_loads_with_defaults():
     cfg = load_config("examples/digits.toml")
     assert cfg.dataset.name == "digits"
     assert cfg.dataset.image.shape == (8, 8, 1)
-    assert cfg.dataset.shards.partition_by == ("batch", "label")
+    assert cfg.dataset.shards.partition_by == ("batch",)
     assert cfg.dataset.prefix == "lake/digits"
     assert cfg.train.epochs > 0
 
