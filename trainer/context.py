@@ -28,7 +28,7 @@ from shardline.trainer.parent import Start, resolve_start
 from shardline.trainer.plan import TrainPlan, make_plan
 from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.shard_reader import ShardReader
-from shardline.trainer.trust import check_entries
+from shardline.trainer.trust import check_shard_columns
 
 # [train] settings that decide where bytes are cached, not what is learned
 _OPERATIONAL = ("cache_dir", "cache_max_gb", "fetch_threads")
@@ -66,8 +66,8 @@ def open_context(cfg: Config, store: ObjectStore, dataset_version: int | None,
     """
     t = cfg.train
     manifest = resolve_version(store, cfg.dataset.prefix, dataset_version)
-    check_entries(manifest.shards, cfg.dataset.prefix,
-                  store.uri(layout.version_key(cfg.dataset.prefix, manifest.version)))
+    check_shard_columns(manifest.shard_columns, cfg.dataset.prefix,
+                        store.uri(layout.version_key(cfg.dataset.prefix, manifest.version)))
     registry = ModelRegistry(store, cfg.dataset.name, t.model)
     spec = arch(t.model, t.width, t.depth, cfg.dataset.image.shape, len(cfg.dataset.classes))
     start = resolve_start(registry, spec)

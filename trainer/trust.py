@@ -26,7 +26,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+import pyarrow.compute as pc
+
 from shardline.core.errors import ShardlineError
+from shardline.core.shard_table import ShardColumns
 
 _HEX = {"sha256": re.compile(r"[0-9a-f]{64}"), "xxh3_128": re.compile(r"[0-9a-f]{32}")}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -86,14 +90,41 @@ def check_entries(entries: list[Any], prefix: str, manifest: str) -> None:
         UntrustedInput: naming the manifest, the shard, the field and its value.
     """
     for i, e in enumerate(entries):
-        where = f"manifest {manifest}, shard entry {i}"
-        check_key(e.path, prefix, where)
-        where = f"manifest {manifest}, shard {e.path}"
-        check_digest(e.sha256, "sha256", where)
-        if e.xxh3_128 is not None:
-            check_digest(e.xxh3_128, "xxh3_128", where)
-        _count(e.rows, "rows", where)
-        _count(e.bytes, "bytes", where)
+        _check_entry(i, e, prefix, manifest)
+
+
+def _check_entry(i: int, e: Any, prefix: str, manifest: str) -> None:
+    where = f"manifest {manifest}, shard entry {i}"
+    check_key(e.path, prefix, where)
+    where = f"manifest {manifest}, shard {e.path}"
+    check_digest(e.sha256, "sha256", where)
+    if e.xxh3_128 is not None:
+        check_digest(e.xxh3_128, "xxh3_128", where)
+    _count(e.rows, "rows", where)
+    _count(e.bytes, "bytes", where)
+
+
+def check_shard_columns(cols: ShardColumns, prefix: str, manifest: str) -> None:
+    """:func:`check_entries` over a version's shard columns, vectorised (100k shards in
+    tens of milliseconds, no entry built); the first breaking shard is then checked one by
+    one, so the error is the same as :func:`check_entries`'s."""
+    t = cols.arrow()
+    if not t.num_rows:
+        return
+    path, sha, xxh = t.column("path"), t.column("sha256"), t.column("xxh3_128")
+    bad = pc.or_kleene(pc.invert(pc.starts_with(path, prefix.rstrip("/") + "/")),
+                       pc.match_substring_regex(path, r"[\x00-\x1f\x7f\\]|(^|/)\.{0,2}(/|$)"))
+    bad = pc.or_kleene(bad, pc.invert(pc.match_substring_regex(sha, "^[0-9a-f]{64}$")))
+    bad = pc.or_kleene(bad, pc.invert(pc.fill_null(
+        pc.match_substring_regex(xxh, "^[0-9a-f]{32}$"), True)))
+    for col in ("rows", "bytes"):
+        bad = pc.or_kleene(bad, pc.less(t.column(col), 0))
+    flags = pc.fill_null(bad, True).to_numpy(zero_copy_only=False)
+    if flags.any():
+        i = int(np.flatnonzero(flags)[0])
+        _check_entry(i, cols.entry(i), prefix, manifest)
+        raise UntrustedInput(f"manifest {manifest}, shard entry {i}: breaks the shard rules "
+                             "(see shardline.trainer.trust); re-publish the dataset version")
 
 
 def model_number(value: Any, where: str) -> int:

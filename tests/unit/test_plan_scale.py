@@ -6,16 +6,19 @@ from __future__ import annotations
 import time
 
 from shardline.trainer.plan import make_plan
-from tests.unit.manifest_fixtures import as_format2
+from shardline.trainer.trust import check_shard_columns
+from tests.unit.manifest_fixtures import PREFIX, as_format2
 from tests.unit.scale_history import batch_shards, synthetic_history
 
 
 def test_plan_over_100k_shards_200_batches() -> None:
     bucket, m = synthetic_history(200, 500)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
+    check_shard_columns(m.shard_columns, PREFIX, "v200")     # what open_context does first
     plan = make_plan(m, 150, 0.3, 0.1, seed=7)
-    took = time.perf_counter() - t0
-    print(f"\nplan over {len(plan.shards)} shards / {len(m.batch_lists)} batches: {took:.3f} s")
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"\nread + trust check + plan over {len(plan.shards)} shards / "
+          f"{len(m.batch_lists)} batches: {took:.3f} s wall, {cpu:.3f} s CPU")
     assert len(plan.shards) == 100_000 and m.totals.shards == 100_000
     assert [s.ordinal for s in plan.shards] == list(range(100_000))
     assert [s.dataset_version for s in plan.shards[::500]] == list(range(1, 201))

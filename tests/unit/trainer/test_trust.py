@@ -4,6 +4,7 @@ AdamW), architecture limits, model numbers, manifest entries."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -111,3 +112,28 @@ def test_entries_name_the_manifest_the_shard_and_the_field() -> None:
         check_entries([E()], "lake/d", "s3://b/lake/d/versions/v000002.json")
     assert "v000002.json" in str(err.value) and "lake/d/x.arrow" in str(err.value)
     assert "rows = -1" in str(err.value)
+
+
+def _columns(**change: Any) -> Any:
+    from shardline.core.parts import ShardEntry
+    from shardline.core.shard_table import ShardColumns, as_table
+    good = [ShardEntry(path=f"lake/d/shards/batch=b/part-{i}.arrow", rows=10, bytes=100,
+                       sha256=f"{i:064x}", batch="b", partition={"batch": "b"},
+                       xxh3_128=None if i % 2 else f"{i:032x}") for i in range(5)]
+    good[3] = ShardEntry(**{**good[3].__dict__, **change})
+    return ShardColumns(table=as_table(good))
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"path": "lake/d/../x"}, "shard entry 3: field path"),
+    ({"path": "lake/d//x"}, "shard entry 3"), ({"path": "lake/d/./x"}, "shard entry 3"),
+    ({"path": "lake/dx/a"}, "shard entry 3"), ({"path": "lake/d/a\\b"}, "shard entry 3"),
+    ({"path": "lake/d/a\x00"}, "shard entry 3"), ({"path": "lake/d/a/"}, "shard entry 3"),
+    ({"sha256": "A" * 64}, "field sha256"), ({"sha256": "0" * 63}, "field sha256"),
+    ({"xxh3_128": "z" * 32}, "field xxh3_128"), ({"rows": -1}, "rows = -1"),
+    ({"bytes": -5}, "bytes = -5")])
+def test_shard_columns_are_checked_like_entries(change: dict[str, Any], says: str) -> None:
+    from shardline.trainer.trust import check_shard_columns
+    with pytest.raises(UntrustedInput, match=re.escape(says)):
+        check_shard_columns(_columns(**change), "lake/d", "s3://b/lake/d/versions/v000002.json")
+    check_shard_columns(_columns(), "lake/d", "m")          # the good ones pass
