@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,9 @@ class Picks:
     runs: list[int] = field(init=False, repr=False)      # start of each same-segment run
     run_seg: list[int] = field(init=False, repr=False)   # its segment
     _sort_key: np.ndarray | None = field(init=False, repr=False, default=None)
+    # batch start -> the copies of that full batch: (take method, rows, out lo, out hi)
+    plans: dict[int, list[tuple[Any, np.ndarray, int, int]]] = field(
+        init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.seg) == 0:
@@ -66,6 +70,28 @@ class Picks:
         else:
             seg, row = self.seg[pos], self.row[pos]
         return Picks(self.segments, seg, row, self.label[pos], self.key[pos])
+
+
+def plan_batches(picks: Picks, chunk: int, phase: int) -> None:
+    """Work out, once per window, every full batch's copies (``Picks.plans``): one
+    ``take`` per same-segment run inside each span [phase + k*chunk, +chunk). The batch
+    path then only loops over ready tuples; the window build (on the stream's helper
+    thread) pays for the bookkeeping instead."""
+    n = len(picks)
+    starts = np.arange(phase % chunk, n - chunk + 1, chunk, dtype=np.int64)
+    if chunk <= 0 or not len(starts):
+        return
+    cuts = np.unique(np.concatenate((np.asarray(picks.runs, np.int64), starts,
+                                     starts + chunk)))
+    cuts = cuts[(cuts >= starts[0]) & (cuts <= starts[-1] + chunk)]
+    lo, hi = cuts[:-1], cuts[1:]
+    batch = (lo - starts[0]) // chunk
+    base = starts[0] + batch * chunk
+    takes = [seg.take for seg in picks.segments]
+    row, plans = picks.row, picks.plans
+    for a, b, s, k, z in zip(lo.tolist(), hi.tolist(), picks.seg[lo].tolist(),
+                             base.tolist(), (lo - base).tolist(), strict=True):
+        plans.setdefault(k, []).append((takes[s], row[a:b], z, z + b - a))
 
 
 def _chunk_order(keys: np.ndarray, chunk: int, phase: int) -> np.ndarray:

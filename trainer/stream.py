@@ -10,6 +10,13 @@ State is three integers (epoch, window, offset into the rank's share of that win
 the plan fingerprint, batch size and rank layout it is valid for: the order is recomputed
 from the seed, so restoring the state continues with exactly the same samples.
 
+Off the batch path (``prebuild=True``, the default): as soon as a window is built, a helper
+thread builds the next one (a window is a pure function of epoch, window index and phase;
+the stream takes the helper's result only for exactly the key it needs, so batches and
+resume are unchanged) and works out each full batch's copies (``picks.plan_batches``), so
+a batch inside a window is only its ``take`` calls. ``prebuild=False`` builds every window
+inline and does the bookkeeping per batch.
+
 Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
 ``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
 ``epoch_end``.
@@ -28,7 +35,7 @@ from torchdata.nodes import BaseNode
 
 from shardline.trainer.buffers import BufferPool, as_nchw
 from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
-from shardline.trainer.picks import Picks, build_picks, gather_into
+from shardline.trainer.picks import Picks, build_picks, gather_into, plan_batches
 from shardline.trainer.plan import PlannedShard, TrainPlan
 from shardline.trainer.shard_reader import ShardReader
 
@@ -102,7 +109,12 @@ class ShardStream(BaseNode[Batch]):
             out, full = self.pool.views(images, self.shape)
             n, epoch, win, at = 0, self._epoch, self._win, self._offset
             if win is not None and at + size < len(win):   # common case: inside one window
-                gather_into(out, win, at, at + size, 0)
+                plan = win.plans.get(at)
+                if plan is None:
+                    gather_into(out, win, at, at + size, 0)
+                else:                                      # copies worked out per window
+                    for take, rows, a, b in plan:
+                        take(rows, 0, out[a:b], "clip")
                 self._offset = at + size
                 self.samples += size
                 self.busy_s += time.perf_counter() - t0
@@ -222,7 +234,10 @@ class ShardStream(BaseNode[Batch]):
             picks = self._last_picks
         pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)
-        return picks.select(pos, chunk=self.batch_size, phase=phase)
+        win = picks.select(pos, chunk=self.batch_size, phase=phase)
+        if self.prebuild:     # (without the helper, as before: bookkeeping per batch)
+            plan_batches(win, self.batch_size, phase)
+        return win
 
     def stats(self) -> dict[str, float]:
         """Samples produced and the seconds spent producing them (fetch waits included)."""

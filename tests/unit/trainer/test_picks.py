@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardline.trainer.picks import Picks, _chunk_order, gather_into
+from shardline.trainer.picks import Picks, _chunk_order, gather_into, plan_batches
 
 
 @pytest.mark.parametrize("phase", [0, 1, 7, 8, 13])
@@ -48,3 +48,22 @@ def test_any_slice_gathers_exactly_its_picks() -> None:
             assert (labels[2:2 + hi - lo] == picks.label[lo:hi]).all()
             assert (keys[2:2 + hi - lo] == picks.key[lo:hi]).all()
             assert not out[:2].any() and not out[2 + hi - lo:].any()
+
+
+@pytest.mark.parametrize("phase", [0, 1, 3, 4])
+def test_batch_plans_copy_exactly_what_the_gather_copies(phase: int) -> None:
+    """Every full batch span [phase + k*4, +4) has a plan, and running it fills the same
+    bytes as ``gather_into`` over that span; partial spans have none (the stream gathers
+    those itself)."""
+    picks, _ = _picks(np.random.default_rng(phase))
+    plan_batches(picks, 4, phase)
+    starts = list(range(phase % 4, len(picks) - 4 + 1, 4))
+    assert sorted(picks.plans) == starts and starts
+    for s in starts:
+        want = np.zeros((4, 12), np.uint8)
+        gather_into(want, picks, s, s + 4, 0)
+        got = np.zeros((4, 12), np.uint8)
+        for take, rows, a, b in picks.plans[s]:
+            take(rows, 0, got[a:b], "clip")
+        assert (got == want).all()
+        assert sum(b - a for _, _, a, b in picks.plans[s]) == 4
