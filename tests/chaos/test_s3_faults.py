@@ -156,8 +156,11 @@ def test_heavier_and_after_the_fact_faults(store_settings, proxy, spark, referen
     assert total > 0
 
 
-@pytest.mark.parametrize("pattern", [r"^PUT /[^/]+/lake/digits/versions/v\d+\.json",
-                                     r"^PUT /[^/]+/lake/digits/batches/"])
+@pytest.mark.parametrize("pattern", [
+    r"^PUT /[^/]+/lake/digits/versions/v\d+\.json",
+    pytest.param(r"^PUT /[^/]+/lake/digits/batches/", marks=pytest.mark.skipif(
+        not FULL, reason="make chaos (SHARDLINE_CHAOS_FULL=1)")),
+])
 def test_a_lost_reply_to_a_committed_write_publishes_once(store_settings, proxy, spark,
                                                           reference, pattern):
     """The version document (or the claim) is written, but the client sees 500 and
