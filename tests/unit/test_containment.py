@@ -199,3 +199,12 @@ def test_excerpt_is_short_and_printable():
     assert excerpt(10 ** 5000, 20).startswith("<int")           # repr() itself raises
     assert excerpt(b"\x00\x01abc").isprintable()
     assert excerpt("a\nb\x1b").isprintable()
+
+
+def test_only_png_and_jpeg_are_decoded():
+    buf = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(buf, format="TIFF")
+    assert rule_of(decode_image, buf.getvalue(), (8, 8, 1), "image") == "undecodable_image"
+    jpg = io.BytesIO()
+    Image.fromarray(np.zeros((8, 8), np.uint8)).save(jpg, format="JPEG")
+    assert len(decode_image(jpg.getvalue(), (8, 8, 1), "image")) == 64
