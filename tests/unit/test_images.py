@@ -1,7 +1,7 @@
 """The images and the compose file, checked without a Docker engine: the Dockerfile is
 parsed (dockerfile-parse) and compose.yaml read as YAML. Every image compose names is built
 from a stage of the Dockerfile or pulled at a pinned tag; every COPY source exists and is
-inside the build context's allow-list; the pinned versions agree with pyproject.toml."""
+inside the build context's allow-list; the pinned versions agree with the tested lock."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
+from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "infra" / "docker"
@@ -26,12 +27,13 @@ def _pyproject() -> dict[str, Any]:
 
 
 def pin(name: str) -> str:
-    """The ``==`` version pyproject.toml pins for ``name``."""
-    for dep in _pyproject()["project"]["dependencies"]:
-        m = re.fullmatch(rf"{re.escape(name)}(\[[^\]]*\])?==([\w.]+)", dep.split(";")[0].strip())
+    """The version the tested lock (constraints/demo.txt) pins for ``name``; pyproject.toml
+    declares ranges."""
+    for line in (ROOT / "constraints" / "demo.txt").read_text().splitlines():
+        m = re.fullmatch(rf"{re.escape(name)}==([\w.]+)", line.strip())
         if m:
-            return m.group(2)
-    raise AssertionError(f"pyproject.toml pins no {name}==")
+            return m.group(1)
+    raise AssertionError(f"constraints/demo.txt pins no {name}==")
 
 
 class Dockerfile:
@@ -124,11 +126,11 @@ def test_images_are_non_root_and_pinned(dockerfile: Dockerfile) -> None:
     base = dockerfile.base("trainer")
     assert re.fullmatch(rf"pytorch/pytorch:{re.escape(torch)}-cuda[\d.]+-cudnn\d+-runtime",
                         base), base
-    # The Python of the project image is the one pyproject allows (>=3.11,<3.12).
-    py = re.fullmatch(r"python:(\d+)\.(\d+)\.\d+-slim-\w+", dockerfile.base("project"))
+    # The Python of the project image is one pyproject allows (and the lock was made on).
+    py = re.fullmatch(r"python:(\d+)\.(\d+)\.(\d+)-slim-\w+", dockerfile.base("project"))
     assert py, dockerfile.base("project")
-    assert _pyproject()["project"]["requires-python"] == f">={py[1]}.{py[2]},<{py[1]}." \
-        f"{int(py[2]) + 1}"
+    assert f"{py[1]}.{py[2]}.{py[3]}" in SpecifierSet(_pyproject()["project"]["requires-python"])
+    assert f"Python {py[1]}.{py[2]} " in (ROOT / "constraints" / "demo.txt").read_text()
     env = " ".join(i["value"] for i in dockerfile.stages["project"] if i["instruction"] == "ENV")
     assert f"python{py[1]}.{py[2]}/site-packages/pyspark" in env  # SPARK_HOME
     assert "SHARDLINE_CACHE_DIR=/cache" in " ".join(
