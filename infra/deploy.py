@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardline.core import layout
 from shardline.core.config import StoreSettings, load_config
 from shardline.core.errors import ShardlineError
+from shardline.core.store import ObjectStore
 from shardline.resources import project_dir
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,16 @@ def save_credentials_block(store: StoreSettings) -> str:
     return BLOCK_NAME
 
 
+def upload_config(path: Path, prefix: str, store: StoreSettings) -> str:
+    """Put the dataset TOML in the bucket and return its ``s3://`` URI.
+
+    The deployments carry this URI, never the deploying machine's path: ingest and training
+    may run in another container or on a Kubernetes GPU node."""
+    key = layout.deployed_config_key(prefix)
+    ObjectStore(store).put_bytes(key, Path(path).read_bytes())
+    return f"s3://{store.bucket}/{key}"
+
+
 def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     """Create pools, block and limit on ``spec.api_url`` and deploy every deployment."""
     cfg = load_config(spec.config)
@@ -90,7 +102,7 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
     env.update(
         PREFECT_API_URL=spec.api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        SHARDLINE_CONFIG=str(Path(spec.config).resolve()),
+        SHARDLINE_CONFIG=upload_config(spec.config, cfg.dataset.prefix, store),
         SHARDLINE_DATASET=cfg.dataset.name, SHARDLINE_BUCKET=store.bucket,
         SHARDLINE_INCOMING=cfg.dataset.incoming,
         SHARDLINE_WORK_POOL=spec.work_pool, SHARDLINE_TRAIN_POOL=spec.train_pool,

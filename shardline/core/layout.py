@@ -77,6 +77,12 @@ def config_key(prefix: str, digest: str) -> str:
     return f"{prefix}/manifests/config-{digest}.json"
 
 
+def deployed_config_key(prefix: str) -> str:
+    """The dataset TOML that ``shardline deploy`` uploads: deployments name it by s3:// URI,
+    so a flow run on any machine reads the same document (no host paths)."""
+    return f"{prefix}/deploy/config.toml"
+
+
 # -- published data ----------------------------------------------------------------------
 def shards_prefix(prefix: str) -> str:
     return f"{prefix}/shards/"
