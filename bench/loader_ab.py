@@ -11,6 +11,7 @@ loader alone under pyinstrument (bench extra) and prints the call tree.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import tempfile
@@ -24,6 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import contenders as C  # noqa: E402
+from bench import peers  # noqa: E402
 from bench.common import interleaved, machine, median, rate, ratio, write_result  # noqa: E402
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
 from shardline.core.config import StoreSettings  # noqa: E402
@@ -31,8 +33,9 @@ from shardline.core.store import ObjectStore  # noqa: E402
 from shardline.trainer.options import LoaderSpec  # noqa: E402
 
 
-def _set(rows: int) -> SetFiles:
-    spec = SetSpec("S", rows, (32, 32, 3), 512)
+def _set(rows: int, name: str = "S") -> SetFiles:
+    shape = (32, 32, 3) if name == "S" else (224, 224, 3)
+    spec = SetSpec(name, rows, shape, 512 if name == "S" else 256)
     images, labels = pixels(spec)
     files = SetFiles(spec, images, labels)
     for fmt in ("shards-none", "raw"):
@@ -52,7 +55,10 @@ def cpu_rate(it: Iterator[tuple[Any, Any]], *, warmup: int, batches: int) -> flo
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=50_000)
+    ap.add_argument("--set", choices=("S", "L"), default="S", help="L: 224x224x3 images")
+    ap.add_argument("--rows", type=int, default=None, help="default 50,000 (S), 5,000 (L)")
+    ap.add_argument("--peers", action="store_true", help="add the peers that run here "
+                    "(bench.peers) and print shardline / best peer")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=0.5)
     ap.add_argument("--profile", action="store_true")
@@ -61,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of per wall second: the critical path, robust to a loaded "
                          "machine; work on helper threads is not counted")
     args = ap.parse_args(argv)
-    files = _set(args.rows)
+    args.rows = args.rows or (50_000 if args.set == "S" else 5_000)
+    files = _set(args.rows, args.set)
     # the shards sit in a warm cache: the store is never reached
     store = ObjectStore(StoreSettings(bucket="unused", endpoint_url="http://127.0.0.1:9",
                                       access_key="x", secret_key="x"))
@@ -83,11 +90,21 @@ def main(argv: list[str] | None = None) -> int:
 
     fns = {name: timed(s.batches) for name, s in sets.items()}
     fns["raw_arrow"] = timed(lambda: C.raw_arrow(files.raw, files.spec.shape))
+    for name in peers.PEERS if args.peers else ():
+        if name not in peers.peer_errors():
+            folder = peers.ensure(name, files.root, files.raw, files.spec.shape)
+            fns[name] = timed(functools.partial(peers.READERS[name], folder, C.BATCH))
     values = interleaved(fns, args.rounds)
     out = {n: {"samples_per_s": round(median(v)), "vs_raw_arrow": round(ratio(v, values[
         "raw_arrow"]), 3)} for n, v in values.items()}
-    print(json.dumps(out, indent=1))
-    write_result("loader-ab-cpu" if args.cpu else "loader-ab", {
+    extra: dict[str, Any] = {}
+    if args.peers:
+        extra = {"shardline_vs_best_peer": round(peers.best_peer_ratio(values), 3),
+                 "peer_errors": peers.peer_errors()}
+    print(json.dumps(out | extra, indent=1))
+    tag = ("-cpu" if args.cpu else "") + ("-peers" if args.peers else "") + (
+        "-L" if args.set == "L" else "")
+    write_result("loader-ab" + tag, extra | {"set": args.set,
         "part": "loader_ab", "machine": machine(), "rows": args.rows,
         "rounds": args.rounds, "cpu": args.cpu, "contenders": out})
     if args.profile:
