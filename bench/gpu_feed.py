@@ -17,6 +17,7 @@ exercised, and the GPU figure is reported as missing.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -34,6 +35,7 @@ from bench.contenders import BATCH, ShardlineSet  # noqa: E402
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
 from shardline.core.config import StoreSettings  # noqa: E402
 from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.trainer.accel import optimizer_impl, optimizer_kwargs  # noqa: E402
 from shardline.trainer.device import Placement, choose  # noqa: E402
 from shardline.trainer.dist import DistInfo  # noqa: E402
 from shardline.trainer.loop import _Running, train_step  # noqa: E402
@@ -92,7 +94,9 @@ def run(steps: int | None = None, rounds: int = 5, rows: int = 50_000) -> dict[s
     s = ShardlineSet(files, "none", store, pin_memory=cuda)
     torch.manual_seed(0)
     model = place.prepare(build_model(arch("resnet", width, 4, spec.shape, 10)))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # the trainer's optimizer choice (trainer.accel): fused AdamW on CUDA, for-loop on CPU
+    impl = optimizer_impl("auto", cuda)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs(impl))
     if cuda:
         model = torch.compile(model)  # type: ignore[assignment]
     synthetic = _OnDevice(place, spec.shape)
@@ -109,12 +113,13 @@ def run(steps: int | None = None, rounds: int = 5, rows: int = 50_000) -> dict[s
         return rate
 
     _loop(model, opt, place, iter(lambda: synthetic.batch, None), synthetic, 1, warm)  # compile
-    values = interleaved({n: (lambda n=n: feed(n)) for n in waits}, rounds)
+    values = interleaved({n: functools.partial(feed, n) for n in waits}, rounds)
     s.close()
     result: dict[str, Any] = {
         "part": "gpu", "machine": machine(), "device": str(place.device), "amp": place.amp,
-        "compiled": cuda, "model": f"ResNet-18-style (trainer.model.ResNetStyle width {width} "
-                                   "depth 4)",
+        "compiled": cuda, "optimizer": f"AdamW ({impl})",
+        "model": f"ResNet-18-style (trainer.model.ResNetStyle width {width} "
+                 "depth 4)",
         "batch_size": BATCH, "steps_per_round": steps, "rounds": rounds,
         "samples_per_s": {n: median(v) for n, v in values.items()},
         "data_wait_share": {n: median(v) for n, v in waits.items()},
