@@ -100,6 +100,19 @@ class ValidationSpec:
 
 
 @dataclass(frozen=True, config=_TABLE)
+class LimitsSpec:
+    """Input limits, checked before parsing/decoding (``tasks/convert/limits.py``;
+    docs/reliability.md). A value over one is a quarantine row naming the limit."""
+
+    max_object_bytes: Positive = 4 << 30
+    max_row_bytes: Positive = 32 << 20
+    max_json_depth: Positive = 64
+    max_pixels: Positive = 50_000_000
+    max_label_chars: Positive = 256
+    max_id_chars: Positive = 512
+
+
+@dataclass(frozen=True, config=_TABLE)
 class DatasetConfig:
     """One dataset: where uploads land, how rows are identified and labelled."""
 
@@ -112,6 +125,7 @@ class DatasetConfig:
     image: ImageSpec = dataclasses.field(default_factory=ImageSpec)
     shards: ShardSpec = dataclasses.field(default_factory=ShardSpec)
     validation: ValidationSpec = dataclasses.field(default_factory=ValidationSpec)
+    limits: LimitsSpec = dataclasses.field(default_factory=LimitsSpec)
     # Staging folders and unreferenced shards older than this are swept by later runs.
     sweep_after_minutes: Float = Field(default=60.0, gt=0)
 
@@ -260,6 +274,6 @@ def config_schema() -> dict[str, Any]:
 
 __all__ = [
     "MODEL_NAMES", "PARTITION_KEYS", "Config", "ConfigError", "DatasetConfig", "ImageSpec",
-    "ShardSpec", "SparkSettings", "StoreSettings", "TrainConfig", "ValidationSpec",
+    "LimitsSpec", "ShardSpec", "SparkSettings", "StoreSettings", "TrainConfig", "ValidationSpec",
     "config_schema", "config_to_dict", "load_config", "parse_config",
 ]

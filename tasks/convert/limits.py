@@ -18,9 +18,9 @@ max_label_chars     a label's text, before any number parsing  ``label_too_long`
 max_id_chars        an id's text                               ``id_too_long``
 ==================  =========================================  ==========================
 
-The defaults suit image datasets of up to a few megapixels per image. A dataset config may
-carry a ``limits`` table of the same fields (``getattr(cfg, "limits")``); where it has none,
-the defaults apply.
+The defaults suit image datasets of up to a few megapixels per image. A dataset sets its
+own in ``[dataset.limits]`` (``core.config.LimitsSpec``, same field names); a config object
+without a ``limits`` field gets the defaults.
 """
 
 from __future__ import annotations

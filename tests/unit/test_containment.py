@@ -208,3 +208,15 @@ def test_only_png_and_jpeg_are_decoded():
     jpg = io.BytesIO()
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(jpg, format="JPEG")
     assert len(decode_image(jpg.getvalue(), (8, 8, 1), "image")) == 64
+
+
+def test_limits_are_read_from_the_dataset_config():
+    cfg = dataset_config(limits={"max_pixels": 100, "max_json_depth": 8})
+    lim = limits_for(cfg)
+    assert (lim.max_pixels, lim.max_json_depth) == (100, 8)
+    assert lim.max_row_bytes == Limits().max_row_bytes
+    from shardline.core.config import parse_config
+    from shardline.core.errors import ConfigError
+    with pytest.raises(ConfigError, match="max_pixels"):
+        parse_config({"dataset": {"name": "d", "incoming": "in/", "classes": ["a"],
+                                  "limits": {"max_pixels": 0}}})
