@@ -7,8 +7,10 @@ read with its own loader at its recommended settings.
   and ``StreamingDataLoader`` with one worker per usable core, persistent workers.
 - **LitData** (``litdata``): ``optimize`` (a generator per input range, numpy serializer),
   64 MB chunks, no compression; read with ``StreamingDataset(dir, shuffle=True,
-  drop_last=True)`` and ``StreamingDataLoader`` with one worker per usable core, persistent
-  workers.
+  drop_last=True)`` and ``StreamingDataLoader``, in the calling process by default
+  (``SHARDLINE_BENCH_LITDATA_WORKERS``, default 0): on the 2-core machine its worker
+  processes stalled ~0.35 s per batch (S 50,000: ~500-700 samples/s with 2 workers,
+  ~49,000 with none, 2026-11-23), so the faster setting is the one measured.
 
 Both packages declare ``torchvision`` as a requirement; the bench environment installs
 them with ``--no-deps`` plus their real runtime dependencies (Makefile ``bench``), so no
@@ -125,7 +127,7 @@ def litdata(folder: Path, batch: int) -> Batches:
     from litdata import StreamingDataLoader, StreamingDataset
 
     ds = StreamingDataset(str(folder), shuffle=True, drop_last=True)
-    n = workers()
+    n = int(os.environ.get("SHARDLINE_BENCH_LITDATA_WORKERS", "0"))
     dl = StreamingDataLoader(ds, batch_size=batch, num_workers=n, drop_last=True,
                              persistent_workers=n > 0)
     while True:
