@@ -200,7 +200,8 @@ def fields() -> dict[str, str]:
         f["loader_ab"] = md_table(
             ["S loader", "measure", "samples/s", "x raw_arrow", "load average at start"],
             [[f"`{n}`", "consumer-thread CPU s" if m == "cpu" else "wall s",
-              c["samples_per_s"], c["vs_raw_arrow"], str(r["machine"]["load_avg_at_start"])]
+              float(c["samples_per_s"]), c["vs_raw_arrow"],
+              str(r["machine"]["load_avg_at_start"])]
              for m, r in ab for n, c in r["contenders"].items()])
     if gpu:
         f["gpu"] = md_table(["feed", "samples/s", "data-wait share"], [
