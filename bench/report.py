@@ -212,7 +212,7 @@ def fields() -> dict[str, str]:
     return f
 
 
-class _Missing(dict):  # type: ignore[type-arg]
+class _Missing(dict):  # type: ignore[type-arg,unused-ignore]
     def __missing__(self, key: str) -> str:
         return f"(not measured yet: {key})"
 
