@@ -16,6 +16,7 @@ check + Spark job + driver-side dedupe, validation with great-expectations).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import sys
@@ -74,7 +75,7 @@ class Cells:
 
     def fns(self, target: str, plan: dict[str, list[str]]) -> dict[str, Callable[[], float]]:
         """``plan``: format -> contenders."""
-        return {f"{target}/{fmt}/{c}": (lambda t=target, f=fmt, c=c: self.run(t, f, c))
+        return {f"{target}/{fmt}/{c}": functools.partial(self.run, target, fmt, c)
                 for fmt, contenders in plan.items() for c in contenders}
 
     def run(self, target: str, fmt: str, contender: str) -> float:

@@ -65,7 +65,7 @@ def _records(data: bytes, fmt: str) -> Iterator[tuple[str, int, bytes]]:
 
 
 def pyarrow_convert(read: Callable[[str], bytes], keys: list[str], fmt: str,
-                    cfg: DatasetConfig, write: Callable[[str, bytes], None],
+                    cfg: DatasetConfig, write: Callable[[str, bytes], object],
                     out_prefix: str) -> int:
     """Convert ``keys`` into Arrow IPC shards under ``out_prefix``; returns rows written."""
     schema = data_schema(cfg)

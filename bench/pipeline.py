@@ -132,15 +132,16 @@ def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
     data, rows = drop_bytes(drop_mb, round_no)
     key = f"{cfg.dataset.incoming}round-{round_no}/drop.jsonl"
     since = datetime.now(UTC)
-    t = {"put_start": time.time()}
+    t: dict[str, float | None] = {"put_start": time.time()}
     store.put_bytes(key, data)
     t["uploaded"] = time.time()
 
     wait_for(f"version {round_no}",
              lambda: round_no in list_versions(store, cfg.dataset.prefix), timeout_s)
     manifest = read_manifest(store, cfg.dataset.prefix, round_no)
+    run_name = f"ingest-{DATASET}-v{round_no}-"   # + trigger and a run-id suffix
     ingest = wait_for(f"the ingest run of version {round_no}", lambda: next(
-        (r for r in flow_runs(api, "ingest") if r["name"] == f"ingest-{DATASET}-v{round_no}"
+        (r for r in flow_runs(api, "ingest") if r["name"].startswith(run_name)
          and r["state_type"] in TERMINAL), None), timeout_s)
 
     def train_done() -> dict[str, Any] | None:
@@ -168,14 +169,18 @@ def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
     t["train_finished"] = _ts(train["end_time"])
     stages = {tr["name"].rsplit("-", 1)[0]: tr["total_run_time"]
               for tr in task_runs(api, ingest["id"])}
-    hops = {name: (t[b] - t[a]) if t.get(a) and t.get(b) else None for name, a, b in HOPS}
+    def span(a: str, b: str) -> float | None:
+        start, end = t.get(a), t.get(b)
+        return end - start if start is not None and end is not None else None
+
+    hops = {name: span(a, b) for name, a, b in HOPS}
     return {
         "round": round_no, "key": key, "bytes": len(data), "rows": rows,
         "rows_published": manifest.new_rows, "timeline": t, "hops_s": hops,
         "ingest_tasks_s": stages,
-        "upload_to_version_s": t["version_created"] - t["uploaded"],
-        "upload_to_train_started_s": t["train_started"] - t["uploaded"],
-        "upload_to_train_finished_s": t["train_finished"] - t["uploaded"],
+        "upload_to_version_s": span("uploaded", "version_created"),
+        "upload_to_train_started_s": span("uploaded", "train_started"),
+        "upload_to_train_finished_s": span("uploaded", "train_finished"),
     }
 
 

@@ -9,7 +9,8 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(what: str, check: Callable[[], T], timeout_s: float, every_s: float = 1.0) -> T:
+def wait_for(what: str, check: Callable[[], T | None], timeout_s: float,
+             every_s: float = 1.0) -> T:
     """Call ``check`` until it returns something truthy, and return that.
 
     Raises:
