@@ -61,7 +61,7 @@ def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
 
     wait_for(f"the training run for version {version}",
              lambda: train_run(api, version, since), 120)
-    started = time.monotonic() - t0
+    created = time.monotonic() - t0
 
     def finished() -> dict[str, Any]:
         r = train_run(api, version, since)
@@ -75,7 +75,7 @@ def report_training(api: str, store: Any, cfg: Any, version: int, t0: float,
     after = (meta.get("metrics") or {}).get("after") or {}
     before = (meta.get("metrics") or {}).get("before") or {}
     gate = meta.get("gate") or {}
-    out.print(f"  train run [bold]{run['name']}[/] (started {started:.1f}s after the upload): "
+    out.print(f"  train run [bold]{run['name']}[/] (created {created:.1f}s after the upload): "
               f"model {meta.get('model_version')} from parent "
               f"{meta.get('parent_model_version')}, held-out accuracy "
               f"{_acc(before)} -> {_acc(after)}, "
