@@ -99,7 +99,11 @@ def test_upload_event_ingest_publish_event_train(embedded: dict[str, Any]) -> No
     assert [r["state_type"] for r in ingest] == ["COMPLETED"]
     assert ingest[0]["name"].startswith("ingest-e2e-v1-event-")
     assert "trigger:event" in ingest[0]["tags"]
-    assert ingest[0]["parameters"]["config"] == str(embedded["config"].resolve())
+    # deploy uploaded the TOML: the deployment names it by URI, never by this machine's path
+    uri = ingest[0]["parameters"]["config"]
+    assert uri.startswith("s3://") and "/tmp/" not in uri
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    assert store.get_bytes(key) == embedded["config"].read_bytes() and bucket == store.bucket
     assert train["state_type"] == "COMPLETED", train
     # parameters carried from the published event: the config by value, no host path
     import tomllib

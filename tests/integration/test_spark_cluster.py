@@ -75,8 +75,13 @@ def test_ingest_through_a_two_worker_cluster_is_exact(cluster_stack: stack.Stack
     # executor of the Connect server's application (its work dir has the app's folder).
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(state.spark_remote).getOrCreate()
-    assert spark.conf.get("spark.master") == master.url
+    # create(), not getOrCreate(): the latter hands back whatever default session this
+    # process already has (another test's local-mode server), whatever the URL
+    spark = SparkSession.builder.remote(state.spark_remote).create()
+    try:
+        assert spark.conf.get("spark.master") == master.url
+    finally:
+        spark.stop()   # before the server stops (an open client retries at exit)
     data = spark_cluster.cluster_json(ui) or {}
     assert [a["cores"] for a in data.get("activeapps", [])] == [2]
     work = Path(state.home) / "spark" / "cluster"
