@@ -17,11 +17,9 @@ record batches are probed with every new id.
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,6 +28,7 @@ import pyarrow.ipc as ipc
 import xxhash
 
 from shardline.core.errors import StoreError
+from shardline.core.ranged import RangedObject
 from shardline.core.store import ObjectStore
 
 ID_BUCKETS = 64                 # fixed: every id file of every dataset uses the same rule
@@ -70,37 +69,6 @@ def encode_ids(ids: pa.Array, n: int = ID_BUCKETS) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-class _Ranged(io.RawIOBase):
-    """A seekable read-only file over ranged GETs of one object (what Arrow's file reader
-    needs to read a footer and single record batches without the whole object)."""
-
-    def __init__(self, store: ObjectStore, key: str, size: int):
-        self.store, self.key, self.size, self.pos = store, key, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buf: Any) -> int:
-        n = min(len(buf), self.size - self.pos)
-        if n <= 0:
-            return 0
-        data = self.store.get_bytes(self.key, (self.pos, self.pos + n - 1))
-        buf[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def _open(store: ObjectStore, key: str) -> ipc.RecordBatchFileReader:
     """A reader of one id file: the whole file in one GET when it is small (one request per
     published batch), else ranged GETs of the footer and of the buckets asked for."""
@@ -110,7 +78,7 @@ def _open(store: ObjectStore, key: str) -> ipc.RecordBatchFileReader:
                          "duplicate check cannot be exact without it. Restore it from a backup")
     if info.size <= WHOLE_FILE_BYTES:
         return ipc.open_file(pa.py_buffer(store.get_bytes(key)))
-    return ipc.open_file(pa.PythonFile(_Ranged(store, key, info.size), mode="r"))
+    return ipc.open_file(pa.PythonFile(RangedObject(store, key, info.size, info.etag), mode="r"))
 
 
 def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,

@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from shardline.core.errors import ShardlineError
+from shardline.core.json_depth import json_depth_exceeds
 from shardline.infra.events.model import EventPostError, EventSink
 from shardline.infra.events.notifications import NotificationError, parse_notification
 from shardline.infra.events.stopping import Stopper
@@ -40,8 +41,6 @@ MIN_TOKEN_CHARS = 16
 # the answer; nothing is waited for beyond that.
 _DRAIN_LIMIT = 1 << 20
 _DRAIN_S = 0.5
-_NEST = frozenset(b"[{")
-_UNNEST = frozenset(b"]}")
 
 
 @dataclass(frozen=True)
@@ -178,26 +177,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def nesting_exceeds(body: bytes, limit: int) -> bool:
-    """Does ``body`` open more than ``limit`` JSON arrays/objects inside each other? Brackets
-    inside strings do not count. Linear in the body (at most ``max_bytes``), no recursion."""
-    depth, in_string, escaped = 0, False, False
-    for c in body:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:  # backslash
-                escaped = True
-            elif c == 0x22:  # quote
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c in _NEST:
-            depth += 1
-            if depth > limit:
-                return True
-        elif c in _UNNEST:
-            depth -= 1
-    return False
+    """Does ``body`` open more than ``limit`` JSON arrays/objects inside each other?"""
+    return json_depth_exceeds(body, limit)
 
 
 class _Server(ThreadingHTTPServer):

@@ -59,32 +59,6 @@ def limits_for(cfg: Any) -> Limits:
                      if getattr(found, f.name, None) is not None})
 
 
-def json_depth_exceeds(line: bytes, limit: int) -> bool:
-    """Whether ``line`` nests objects/arrays deeper than ``limit`` (brackets inside JSON
-    strings do not count). Linear in the line, no recursion; a line with at most ``limit``
-    opening brackets cannot exceed it, so the common case is two ``bytes.count`` calls."""
-    if line.count(b"[") + line.count(b"{") <= limit:
-        return False
-    depth, in_str, escaped = 0, False, False
-    for ch in line:
-        if in_str:
-            if escaped:
-                escaped = False
-            elif ch == 0x5C:          # backslash
-                escaped = True
-            elif ch == 0x22:          # quote
-                in_str = False
-        elif ch == 0x22:
-            in_str = True
-        elif ch in (0x5B, 0x7B):      # [ {
-            depth += 1
-            if depth > limit:
-                return True
-        elif ch in (0x5D, 0x7D):      # ] }
-            depth -= 1
-    return False
-
-
 def excerpt(value: object, n: int = 120) -> str:
     """A short printable excerpt of ``value`` for messages: never the whole of a huge or
     binary value (a 5,000-digit label is shown by its first digits and its length)."""

@@ -35,10 +35,12 @@ import pyarrow.parquet as pq
 
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectChanged, StoreError
+from shardline.core.json_depth import json_depth_exceeds
+from shardline.core.ranged import RangedObject
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Source
-from shardline.tasks.convert.limits import excerpt, json_depth_exceeds, limits_for
-from shardline.tasks.convert.split import Part, RangedObject
+from shardline.tasks.convert.limits import excerpt, limits_for
+from shardline.tasks.convert.split import Part
 
 ZARR_CHUNK_ROWS = 4096
 

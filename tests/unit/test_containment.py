@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from shardline.core.json_depth import json_depth_exceeds
 from shardline.core.schema import RULES
 from shardline.tasks.batch import Source
-from shardline.tasks.convert.limits import Limits, excerpt, json_depth_exceeds, limits_for
+from shardline.tasks.convert.limits import Limits, excerpt, limits_for
 from shardline.tasks.convert.readers import (
     Problem,
     Record,

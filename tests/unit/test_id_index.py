@@ -21,7 +21,11 @@ class FileStore:
     objects: dict[str, bytes] = field(default_factory=dict)
     gets: list[tuple[str, int]] = field(default_factory=list)
 
-    def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
+    bucket = "test"
+
+    def get_bytes(self, key: str, range_: tuple[int, int] | None = None,
+                  if_match: str | None = None) -> bytes:
+        assert if_match in (None, "e")       # ranged reads pin the version head() gave
         data = self.objects[key]
         if range_ is None:
             self.gets.append((key, len(data)))
