@@ -154,16 +154,47 @@ def _migrate_v1(prefix: str, parent: Manifest, run: str, objects: dict[str, byte
     return refs
 
 
+def holdout_conflict(dataset: str, parent: Manifest | None, fraction: float | None
+                     ) -> str | None:
+    """Why ``fraction`` may not be used for the next version after ``parent`` (None: it may).
+
+    The fraction is fixed by the first version that materialises the split: changing it
+    would move rows between the split's shards of earlier and later batches (a row held
+    out before would be trained on after, which is leakage)."""
+    recorded = parent.holdout_fraction if parent is not None else None
+    if fraction is None or recorded is None or fraction == recorded:
+        return None
+    return (f"dataset {dataset}: [dataset] holdout_fraction is {fraction}, but version "
+            f"{parent.version if parent else '?'} recorded {recorded} when the held-out split "
+            "was materialised; the fraction cannot change on an existing dataset (rows would "
+            f"move between the train and held-out splits). Set holdout_fraction = {recorded}, "
+            "or ingest into a new dataset name")
+
+
 def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict[str, Any],
                   parent: Manifest | None, batch: NewBatch, validation: ValidationSummary,
                   created_at: str | None = None, code: str | None = None,
-                  checkpoint_every: int = CHECKPOINT_EVERY) -> VersionDraft:
+                  checkpoint_every: int = CHECKPOINT_EVERY,
+                  holdout_fraction: float | None = None) -> VersionDraft:
     """The next version after ``parent`` (None: the first) adding ``batch``.
+
+    ``holdout_fraction``: the fraction ``batch``'s split shards were written with (None: the
+    batch has mixed shards only, the older layout); the document records it, or the
+    parent's when None.
 
     Raises:
         PublishConflict: the schema differs from the parent's (a new schema needs a new
-            dataset name).
+            dataset name), or ``holdout_fraction`` differs from the one the dataset recorded.
+        ValueError: the batch has split shards but no ``holdout_fraction`` was given.
     """
+    why = holdout_conflict(dataset, parent, holdout_fraction)
+    if why is not None:
+        raise PublishConflict(why)
+    if holdout_fraction is None and any(s.split is not None for s in batch.shards):
+        raise ValueError(f"batch {batch.id} has train/holdout shards: pass the "
+                         "holdout_fraction they were split with")
+    if holdout_fraction is None and parent is not None:
+        holdout_fraction = parent.holdout_fraction
     if parent is not None and parent.fingerprint != schema.fingerprint:
         old = parent.schema
         raise PublishConflict(
@@ -208,7 +239,7 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
         checkpoint=checkpoint, batch_lists=[*before, new_ref], validation=validation,
         quarantine=QuarantineSummary(rows=batch.quarantined, by_rule=dict(batch.by_rule),
                                      total_rows=totals.quarantined),
-        totals=totals)
+        totals=totals, holdout_fraction=holdout_fraction)
     return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
 
 

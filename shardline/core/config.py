@@ -35,6 +35,9 @@ PARTITION_KEYS = ("batch", "label")
 # The trainer's model names (shardline.trainer.model.MODELS; a test keeps the two equal).
 # Checked here so a typo fails when the file is loaded, not after a dataset is ingested.
 MODEL_NAMES = ("cnn", "resnet")
+# Share of rows (by id hash) held out for evaluation: a dataset property fixed at ingest
+# ([dataset] holdout_fraction); [train] holdout_fraction defaults to the same value.
+HOLDOUT_FRACTION = 0.15
 
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]     # strict float still takes a TOML integer
@@ -128,6 +131,10 @@ class DatasetConfig:
     limits: LimitsSpec = dataclasses.field(default_factory=LimitsSpec)
     # Staging folders and unreferenced shards older than this are swept by later runs.
     sweep_after_minutes: Float = Field(default=60.0, gt=0)
+    holdout_fraction: Float = Field(
+        default=HOLDOUT_FRACTION, gt=0.0, lt=1.0,
+        description="share of rows (by id hash) ingest writes into held-out shards; fixed "
+                    "by the first version that does, never changed after")
 
     @field_validator("name")
     @classmethod
@@ -168,7 +175,10 @@ class TrainConfig:
     lr: Float = Field(default=2e-3, ge=0, description="0 freezes the weights")
     weight_decay: Float = Field(default=1e-4, ge=0)
     replay_ratio: Float = Field(default=0.4, ge=0.0, lt=1.0)
-    holdout_fraction: Float = Field(default=0.15, gt=0.0, lt=1.0)
+    holdout_fraction: Float = Field(
+        default=HOLDOUT_FRACTION, gt=0.0, lt=1.0,
+        description="defaults to [dataset] holdout_fraction; a dataset that recorded another "
+                    "value refuses to train")
     promote_tolerance: Float = Field(
         default=0.01, ge=0.0, le=1.0,
         description="held-out accuracy a candidate may lose vs the live and the best "
@@ -223,10 +233,33 @@ def parse_config(data: Mapping[str, Any], path: str | None = None,
                                    ("cache_max_gb", runtime.cache_max_gb)) if v is not None}
     if overrides and isinstance(doc.get("train", {}), Mapping):
         doc["train"] = {**doc.get("train", {}), **overrides}
+    _one_holdout_fraction(doc, where)
     try:
         return TypeAdapter(Config).validate_python({**doc, "path": path})
     except ValidationError as exc:
         raise ConfigError(where + describe_validation_error(exc, Config)) from None
+
+
+def _one_holdout_fraction(doc: dict[str, Any], where: str) -> None:
+    """[dataset] and [train] holdout_fraction are one setting: either one fills in the other;
+    both set to different numbers is an error (evaluation would read other rows than the
+    held-out shards ingest writes)."""
+    ds, tr = doc.get("dataset"), doc.get("train", {})
+    if not isinstance(ds, Mapping) or not isinstance(tr, Mapping):
+        return
+    a, b = ds.get("holdout_fraction"), tr.get("holdout_fraction")
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    if number(a) and number(b) and a != b:
+        raise ConfigError(f"{where}[dataset] holdout_fraction = {a} and [train] "
+                          f"holdout_fraction = {b} differ; set it once, under [dataset] (the "
+                          "trainer uses the dataset's)")
+    if a is not None and b is None:
+        doc["train"] = {**tr, "holdout_fraction": a}
+    elif b is not None and a is None:
+        doc["dataset"] = {**ds, "holdout_fraction": b}
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:

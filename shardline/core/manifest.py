@@ -87,6 +87,11 @@ class Manifest:
 
     # -- what the document holds ------------------------------------------------------
     @property
+    def holdout_fraction(self) -> float | None:
+        """The held-out fraction fixed at ingest (None: the split is not materialised)."""
+        return self.doc.holdout_fraction if self.doc else None
+
+    @property
     def fingerprint(self) -> str:
         return self.doc.fingerprint if self.doc else str(self.raw["schema"]["fingerprint"])
 

@@ -25,6 +25,10 @@ from shardline.core.errors import StoreError
 
 T = TypeVar("T")
 
+# Values of ``ShardEntry.split`` (None: a mixed shard of a layout before the split existed).
+TRAIN, HOLDOUT = "train", "holdout"
+SPLITS = (TRAIN, HOLDOUT)
+
 
 def content_digests(data: bytes | bytearray | memoryview) -> tuple[str, str]:
     """``(sha256, xxh3_128)`` hex digests of a shard's bytes, as ``ShardEntry`` records them."""
@@ -82,6 +86,10 @@ class ShardEntry:
     # Rows per label index (as text: JSON object keys), for shards that hold many labels.
     # Empty in manifests written before it existed.
     label_counts: dict[str, int] = field(default_factory=dict)
+    # Which split the shard's rows belong to: "train" or "holdout" (ingest writes each
+    # batch's held-out rows, by id hash, into their own shards). None: a shard written
+    # before the split was materialised, holding both (readers mask it by id hash).
+    split: str | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "shard entry") -> ShardEntry:

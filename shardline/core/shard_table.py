@@ -1,9 +1,10 @@
 """Batch lists as Arrow IPC, and the live shards of a version as columns.
 
 A format-3 batch list (``manifests/batch=<id>-<run>.arrow``) is one Arrow IPC file: a row per
-shard (data and quarantine, told apart by ``quarantine``), ``label_counts`` and ``partition``
-as Arrow maps, ``stats`` as compact JSON text, and the batch's own fields (dataset, run,
-counts, id index, sources) as JSON in the schema metadata under ``shardline``. Reading it is
+shard (data and quarantine, told apart by ``quarantine``; ``split`` says "train" /
+"holdout", null in lists written before it), ``label_counts`` and ``partition`` as Arrow
+maps, ``stats`` as compact JSON text, and the batch's own fields (dataset, run, counts, id
+index, sources) as JSON in the schema metadata under ``shardline``. Reading it is
 a memory map of columns, not a parse of every entry: a 100k-shard history reads in a
 fraction of the time its JSON lists took.
 
@@ -37,7 +38,10 @@ SCHEMA = pa.schema([
     ("partition", pa.map_(pa.string(), pa.string())),
     ("stats", pa.string()), ("compression", pa.string()), ("xxh3_128", pa.string()),
     ("label_counts", pa.map_(pa.string(), pa.int64())), ("quarantine", pa.bool_()),
+    ("split", pa.string()),
 ])
+# Columns a batch list written before them may lack (filled with nulls when read).
+OPTIONAL = ("split",)
 
 
 def is_arrow(data: bytes) -> bool:
@@ -60,6 +64,7 @@ def as_table(shards: Sequence[ShardEntry], quarantine: Sequence[ShardEntry] = ()
         "label_counts": [sorted(s.label_counts.items(), key=lambda kv: _label_order(kv[0]))
                          for s in every],
         "quarantine": [False] * len(shards) + [True] * len(quarantine),
+        "split": [s.split for s in every],
     }
     schema = SCHEMA if meta is None else SCHEMA.with_metadata(
         {META_KEY: json.dumps(meta, sort_keys=True, separators=(",", ":")).encode()})
@@ -88,11 +93,15 @@ def decode(data: bytes, key: str) -> tuple[dict[str, Any], pa.Table]:
     except (pa.ArrowInvalid, KeyError, TypeError, ValueError) as exc:
         raise StoreError(f"{key} is not a readable shardline Arrow batch list ({exc}); the "
                          "object is damaged: restore it from a backup") from exc
-    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    missing = [n for n in SCHEMA.names if n not in table.column_names and n not in OPTIONAL]
     if missing:
         raise StoreError(f"{key}: Arrow batch list lacks column(s) {missing}; it was not "
                          "written by shardline (or it is damaged)")
-    return meta, table
+    for name in OPTIONAL:
+        if name not in table.column_names:
+            table = table.append_column(SCHEMA.field(name),
+                                        pa.nulls(table.num_rows, SCHEMA.field(name).type))
+    return meta, table.select(SCHEMA.names)
 
 
 def _map_dicts(col: pa.ChunkedArray) -> list[dict[str, Any]]:
@@ -130,7 +139,7 @@ def _no_gc() -> Iterator[None]:
 
 
 _FIELDS = ("path", "rows", "bytes", "sha256", "batch", "partition", "stats", "compression",
-           "xxh3_128", "label_counts")
+           "xxh3_128", "label_counts", "split")
 
 
 def _entry(c: dict[str, list[Any]], i: int) -> ShardEntry:
@@ -198,6 +207,22 @@ class ShardColumns:
         if self._given is not None:
             return [s.path for s in self._given]
         return self._table.column("path").to_pylist()  # type: ignore[union-attr]
+
+    @cached_property
+    def split(self) -> list[str | None]:
+        """Each shard's split: "train", "holdout", or None (a mixed shard, older layout)."""
+        if self._given is not None:
+            return [s.split for s in self._given]
+        return self._table.column("split").to_pylist()  # type: ignore[union-attr]
+
+    def split_is(self, value: str | None) -> np.ndarray:
+        """Boolean mask of the shards whose split is ``value`` (None: mixed shards)."""
+        if self._given is not None:
+            return np.fromiter((s == value for s in self.split), bool, len(self))
+        col = self._table.column("split")  # type: ignore[union-attr]
+        if value is None:
+            return pc.is_null(col).to_numpy(zero_copy_only=False)
+        return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
 
     @cached_property
     def sha256(self) -> list[str]:

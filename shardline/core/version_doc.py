@@ -193,6 +193,10 @@ class VersionDoc:
     quarantine: QuarantineSummary
     totals: Totals
     format: int = FORMAT
+    # The dataset's held-out fraction, fixed by the first version that materialised the
+    # split (held-out rows in their own shards) and copied to every later one. None: no
+    # version has materialised it yet (every shard is mixed; readers choose the fraction).
+    holdout_fraction: float | None = None
 
     @property
     def own_ref(self) -> BatchListRef | None:
