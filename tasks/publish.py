@@ -54,11 +54,11 @@ def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
     """(staged key, final entry) pairs for data and quarantine shards."""
     bid, run = conv.batch.id, conv.run_id
     data: list[tuple[str, ShardEntry]] = []
-    parts: dict[int | None, int] = {}
+    parts: dict[tuple[str | None, int | None], int] = {}
     for s in conv.data_shards:
-        n = parts[s.label] = parts.get(s.label, -1) + 1
+        n = parts[s.split, s.label] = parts.get((s.split, s.label), -1) + 1
         part = {"batch": bid} | ({"label": str(s.label)} if s.label is not None else {})
-        key = layout.shard_key(cfg.prefix, bid, s.label, n, run)
+        key = layout.shard_key(cfg.prefix, bid, s.label, n, run, s.split)
         data.append((s.path, _entry(key, s, bid, part, cfg.shards.compression)))
     quarantine = [
         (s.path, _entry(layout.quarantine_key(cfg.prefix, bid, i, run), s, bid, {"batch": bid},
@@ -72,7 +72,7 @@ def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str
     stats = {} if s.label_min is None else {"label": {"min": s.label_min, "max": s.label_max}}
     return ShardEntry(path=path, rows=s.rows, bytes=s.bytes, sha256=s.sha256, batch=bid,
                       partition=part, stats=stats, compression=comp, xxh3_128=s.xxh3_128,
-                      label_counts=dict(s.label_counts))
+                      label_counts=dict(s.label_counts), split=s.split)
 
 
 def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:
@@ -104,6 +104,11 @@ def _new_batch(cfg: DatasetConfig, conv: Converted, data: list[ShardEntry],
                     quarantine_shards=quarantine, by_rule=conv.by_rule,
                     sources=[SourceEntry(s.key, s.etag, s.size, s.format)
                              for s in conv.batch.sources])
+
+
+def _fraction(cfg: DatasetConfig, batch: NewBatch) -> float | None:
+    """The held-out fraction the batch's shards were split with (None: unsplit shards)."""
+    return cfg.holdout_fraction if any(s.split for s in batch.shards) else None
 
 
 def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
@@ -138,7 +143,8 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
             write_ids(store, ids_path, conv.published_ids())
             copied = [e.path for _, e in data + quarantine] + [ids_path]
         draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
-                              parent=latest, batch=batch, validation=validation)
+                              parent=latest, batch=batch, validation=validation,
+                              holdout_fraction=_fraction(cfg, batch))
         copied += draft.run_objects
         try:
             m = commit_version(store, draft)

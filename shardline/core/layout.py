@@ -11,6 +11,7 @@
     <prefix>/manifests/schema-<fingerprint>.json     the dataset schema, written once
     <prefix>/manifests/config-<digest>.json          a resolved dataset config, written once
     <prefix>/shards/batch=<id>/[label=<k>/]part-<nnnnn>-<run>.arrow   published data shards
+    <prefix>/shards/batch=<id>/split=holdout/[label=<k>/]part-...     its held-out rows
     <prefix>/quarantine/batch=<id>/part-<nnnnn>-<run>.arrow           rejected rows + reasons
     <prefix>/ids/batch=<id>-<run>.arrow              published ids of a batch (duplicate check)
     <prefix>/batches/<id>.json                       ledger: a batch's sources and version
@@ -88,11 +89,19 @@ def shards_prefix(prefix: str) -> str:
     return f"{prefix}/shards/"
 
 
-def shard_key(prefix: str, batch_id: str, label: int | None, part: int, run_id: str) -> str:
+def _split_part(split: str | None) -> str:
+    """Held-out shards live under ``split=holdout/``; train and older mixed shards do not."""
+    return "split=holdout/" if split == "holdout" else ""
+
+
+def shard_key(prefix: str, batch_id: str, label: int | None, part: int, run_id: str,
+              split: str | None = None) -> str:
     """Final key of a published shard. The run id keeps racing publishers of the same batch
-    from ever writing the same key: the version commit alone decides which files are live."""
+    from ever writing the same key: the version commit alone decides which files are live.
+    ``split="holdout"``: a shard of the batch's held-out rows (its own folder)."""
     label_part = "" if label is None else f"label={label}/"
-    return f"{prefix}/shards/batch={batch_id}/{label_part}part-{part:05d}-{run_id}.arrow"
+    return (f"{prefix}/shards/batch={batch_id}/{_split_part(split)}{label_part}"
+            f"part-{part:05d}-{run_id}.arrow")
 
 
 def quarantine_prefix(prefix: str) -> str:
@@ -125,10 +134,10 @@ def staging_prefix(prefix: str, run_id: str | None = None) -> str:
 
 
 def staged_data_key(prefix: str, run_id: str, label: int | None, task: int, seq: int,
-                    attempt: int) -> str:
+                    attempt: int, split: str | None = None) -> str:
     """A data shard staged by Spark task ``task`` (attempt ``attempt``): the attempt keeps a
     retried or speculative attempt from overwriting another's file."""
-    part = "" if label is None else f"label={label}/"
+    part = _split_part(split) + ("" if label is None else f"label={label}/")
     return f"{prefix}/staging/{run_id}/data/{part}t{task:05d}-{seq:04d}-a{attempt}.arrow"
 
 

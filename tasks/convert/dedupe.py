@@ -96,7 +96,8 @@ def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: p
         if kept.num_rows:
             out.append(put_shard(store, layout.staged_rewrite_key(s.path), kept,
                                  kind="data", compression=cfg.shards.compression,
-                                 record_batch_rows=cfg.shards.record_batch_rows, label=s.label))
+                                 record_batch_rows=cfg.shards.record_batch_rows, label=s.label,
+                                 split=s.split))
         store.delete([s.path])
     log.info("quarantined %d duplicate id(s); rewrote %d staged shard(s)", len(dups), len(drop))
     q = put_shard(store, layout.staged_duplicates_key(cfg.prefix, run_id),

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from shardline.core import layout
 from shardline.core.config import DatasetConfig, StoreSettings
 from shardline.core.errors import StoreError
 from shardline.core.schema import staging_prefix
@@ -63,6 +64,7 @@ META_SCHEMA = pa.schema(
         ("label_min", pa.int16()),
         ("label_max", pa.int16()),
         ("label_counts", pa.string()),  # shard: JSON {label index: rows}
+        ("split", pa.string()),         # data shard: "train" | "holdout"
     ]
 )
 _DDL_TYPES = {pa.string(): "string", pa.int16(): "smallint", pa.int64(): "bigint"}
@@ -95,13 +97,12 @@ def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
     """Convert one group of units (whole sources or slices); returns the metadata rows
     (``META_SCHEMA``)."""
     stage = staging_prefix(cfg.prefix, run_id)
-    by_label = "label" in cfg.shards.partition_by
 
-    def key_for(label: int | None, seq: int) -> str:
-        part = f"label={label}/" if by_label else ""
-        return f"{stage}data/{part}t{task:05d}-{seq:04d}-a{attempt}.arrow"
+    def key_for(label: int | None, seq: int, split: str | None = None) -> str:
+        return layout.staged_data_key(cfg.prefix, run_id, label, task, seq, attempt, split)
 
-    writer = DataShardWriter(store, cfg, key_for)
+    # the held-out split is materialised here: each task writes train and held-out shards
+    writer = DataShardWriter(store, cfg, key_for, holdout_fraction=cfg.holdout_fraction)
     norm = Normaliser(cfg)
     bad: list[dict] = []
     for part in parts:
@@ -188,5 +189,5 @@ def _metadata(writer: DataShardWriter, bad: list[dict], written: list[WrittenSha
     for s in written:
         row(kind="shard", status=s.kind, label=s.label, shard=s.path, shard_row=s.rows,
             bytes=s.bytes, sha256=s.sha256, xxh3_128=s.xxh3_128, label_min=s.label_min,
-            label_max=s.label_max, label_counts=json.dumps(s.label_counts))
+            label_max=s.label_max, label_counts=json.dumps(s.label_counts), split=s.split)
     return pa.RecordBatch.from_pydict(cols, schema=META_SCHEMA)

@@ -12,6 +12,11 @@ small files, the writer holds up to two shards' worth of rows and, at the end, s
 left over one shard into two halves: no shard is below half the target unless the task's
 rows are fewer. Partitioned by batch and label, a shard holds one label (a file per label
 per task at least: for many classes, many small files).
+
+Held-out split (``holdout_fraction``, from ``[dataset] holdout_fraction``): rows are routed by
+``shardline.core.idhash`` (the trainer's rule, bit for bit) into train and held-out buffers,
+each cut into shards as above, so a shard holds one split only (``WrittenShard.split``).
+Routing is vectorised over a few thousand rows at a time (``ROUTE_ROWS``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core.config import DatasetConfig
+from shardline.core.idhash import holdout_ids
 from shardline.core.manifest import content_digests
 from shardline.core.schema import QUARANTINE_SCHEMA, data_schema
 from shardline.core.store import ObjectStore
@@ -42,6 +48,7 @@ class WrittenShard:
     label_max: int | None = None
     xxh3_128: str | None = None
     label_counts: dict[str, int] = field(default_factory=dict)   # label index (text) -> rows
+    split: str | None = None     # data: "train" | "holdout" (None: written unsplit)
 
 
 def label_counts(labels: pa.Array | pa.ChunkedArray) -> dict[str, int]:
@@ -60,7 +67,8 @@ def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.
 
 
 def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compression: str,
-              record_batch_rows: int, label: int | None = None) -> WrittenShard:
+              record_batch_rows: int, label: int | None = None,
+              split: str | None = None) -> WrittenShard:
     buf = encode_ipc(table, compression, record_batch_rows)
     store.put_bytes(key, memoryview(buf))
     lmin = lmax = None
@@ -71,7 +79,7 @@ def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compr
         counts = label_counts(labels)
     sha, xxh = content_digests(memoryview(buf))
     return WrittenShard(key, table.num_rows, buf.size, sha, kind, label, lmin, lmax, xxh,
-                        counts)
+                        counts, split)
 
 
 @dataclass
@@ -104,29 +112,61 @@ class _Rows:
                      [self.rows[i] for i in order])
 
 
+ROUTE_ROWS = 4096       # rows hashed at once when routing to the train / held-out buffers
+
+
 class DataShardWriter:
     """Collects valid rows per partition and writes a shard each time one is full
     (partitioned by label), or each time two are (by batch only; see the module docstring).
 
     ``key_for(label, seq)`` names the staged file; ``label`` is None when the dataset is
-    not partitioned by label. Each row's position (shard path, row in shard) is recorded so
-    the converter can later remove a duplicate without re-reading every shard.
+    not partitioned by label. With ``holdout_fraction``, rows are first routed to the train
+    or held-out split by id hash and ``key_for(label, seq, split)`` is called instead. Each
+    row's position (shard path, row in shard) is recorded so the converter can later remove
+    a duplicate without re-reading every shard.
     """
 
     def __init__(self, store: ObjectStore, cfg: DatasetConfig,
-                 key_for: Callable[[int | None, int], str]) -> None:
+                 key_for: Callable[..., str], holdout_fraction: float | None = None) -> None:
         self.store, self.cfg, self.key_for = store, cfg, key_for
+        self.holdout_fraction = holdout_fraction
         self.schema = data_schema(cfg)
         self.by_label = "label" in cfg.shards.partition_by
         self.limit = cfg.shards.rows_per_shard(cfg.image.nbytes + 32)
-        self.buffers: dict[int | None, _Rows] = {}
+        self.buffers: dict[tuple[str | None, int | None], _Rows] = {}
+        self.pending = _Rows()       # rows not routed to a split yet
         self.seq = 0
         self.written: list[WrittenShard] = []
         # (source_key, id, source_row, label, shard key, row in shard) of every row written
         self.placed: list[tuple[str, str, int, int, str, int]] = []
 
     def add(self, rid: str, label: int, pixels: bytes, source_key: str, source_row: int) -> None:
-        part = label if self.by_label else None
+        if self.holdout_fraction is None:
+            self._place(None, rid, label, pixels, source_key, source_row)
+            return
+        p = self.pending
+        p.ids.append(rid)
+        p.labels.append(label)
+        p.pixels += pixels
+        p.keys.append(source_key)
+        p.rows.append(source_row)
+        if len(p) >= ROUTE_ROWS:
+            self._route()
+
+    def _route(self) -> None:
+        """Send the pending rows to their split's buffers (one vectorised hash)."""
+        p, self.pending = self.pending, _Rows()
+        if not len(p):
+            return
+        held = holdout_ids(pa.array(p.ids, pa.string()), float(self.holdout_fraction or 0.0))
+        rb = self.cfg.image.nbytes
+        for i, h in enumerate(held.tolist()):
+            self._place("holdout" if h else "train", p.ids[i], p.labels[i],
+                        bytes(p.pixels[i * rb:(i + 1) * rb]), p.keys[i], p.rows[i])
+
+    def _place(self, split: str | None, rid: str, label: int, pixels: bytes, source_key: str,
+               source_row: int) -> None:
+        part = (split, label if self.by_label else None)
         buf = self.buffers.setdefault(part, _Rows())
         buf.ids.append(rid)
         buf.labels.append(label)
@@ -139,7 +179,8 @@ class DataShardWriter:
             self._write(part, buf.take(self.limit, self.cfg.image.nbytes))
 
     def close(self) -> list[WrittenShard]:
-        for part in sorted(self.buffers, key=lambda p: -1 if p is None else p):
+        self._route()
+        for part in sorted(self.buffers, key=lambda p: (p[0] or "", -1 if p[1] is None else p[1])):
             buf = self.buffers.pop(part)
             if len(buf) > self.limit:        # by batch only: two halves, not full + tail
                 self._write(part, buf.take((len(buf) + 1) // 2, self.cfg.image.nbytes))
@@ -147,7 +188,8 @@ class DataShardWriter:
                 self._write(part, buf)
         return self.written
 
-    def _write(self, part: int | None, buf: _Rows) -> None:
+    def _write(self, part: tuple[str | None, int | None], buf: _Rows) -> None:
+        split, label = part
         if not self.by_label:
             buf = buf.sorted_by_label(self.cfg.image.nbytes)
         n = len(buf)
@@ -158,11 +200,13 @@ class DataShardWriter:
              pa.array(buf.keys, pa.string()), pa.array(buf.rows, pa.int64())],
             schema=self.schema,
         )
-        key = self.key_for(part, self.seq)
+        key = (self.key_for(label, self.seq) if split is None
+               else self.key_for(label, self.seq, split))
         self.seq += 1
         shard = put_shard(self.store, key, table, kind="data",
                           compression=self.cfg.shards.compression,
-                          record_batch_rows=self.cfg.shards.record_batch_rows, label=part)
+                          record_batch_rows=self.cfg.shards.record_batch_rows, label=label,
+                          split=split)
         self.written.append(shard)
         for j in range(n):
             self.placed.append((buf.keys[j], buf.ids[j], buf.rows[j], buf.labels[j], key, j))

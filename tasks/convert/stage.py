@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardline.core.builder import holdout_conflict
 from shardline.core.config import DatasetConfig, SparkSettings
+from shardline.core.errors import PublishConflict
 from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
@@ -94,6 +96,9 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
     ``tasks`` (default: :func:`useful_tasks` for the Spark session's cores) and
     ``min_task_bytes`` steer the planning only; the rows, their ``source_row`` and what is
     published do not depend on them."""
+    why = holdout_conflict(cfg.name, latest, cfg.holdout_fraction)
+    if why is not None:       # refused before any work; publish checks again (races)
+        raise PublishConflict(why)
     t0 = time.perf_counter()
     if tasks is None:
         tasks = useful_tasks(batch.bytes, spark_sessions.default_parallelism(
@@ -124,7 +129,8 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
                      sha256=s["sha256"], kind=s["status"], label=s["label"],
                      label_min=s["label_min"], label_max=s["label_max"],
                      xxh3_128=s["xxh3_128"],
-                     label_counts=json.loads(s["label_counts"] or "{}"))
+                     label_counts=json.loads(s["label_counts"] or "{}"),
+                     split=s["split"])
         for s in shards_meta.to_pylist()
     ]
     data = sorted((s for s in shards if s.kind == "data"), key=lambda s: s.path)
