@@ -2,8 +2,9 @@
 the stage, log its result. Transient object-store failures are retried (botocore already
 retries single calls; this retries the whole stage, which is idempotent). A conversion
 that fails for any other reason, and a failed validation, leave a strike against the
-batch's suspect sources (``tasks.setaside``): two strikes and detect sets them aside, so
-one poisoned upload never blocks the uploads after it. ``PublishConflict`` is not retried
+batch's suspect sources (``tasks.setaside``): detect then puts clean sources first and
+bisects the suspects down to the failing one, which it sets aside, so one poisoned upload
+never blocks the uploads after it. ``PublishConflict`` is not retried
 here with the same converted batch (it would conflict again): the flow goes back to detect
 and converts what is still unpublished (see ``flows/ingest.py``)."""
 

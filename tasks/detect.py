@@ -4,10 +4,10 @@ Each object (or Zarr group) becomes a :class:`~shardline.tasks.batch.Source` of 
 the registry (``tasks.convert.formats``) places it in; the batch id is a hash of the sorted
 (key, ETag) list of its sources (``tasks.batch``).
 
-What was already ingested is read from the claim ledger (``tasks.ledger``); sources set
-aside after failing their batch twice (``tasks.setaside``) are left out too, so they never
-block later uploads. The core of it, :func:`new_sources`, is a pure function of (listing,
-claimed).
+What was already ingested is read from the claim ledger (``tasks.ledger``). Sources that
+failed a batch are narrowed down by bisection and set aside (``tasks.setaside``): sources
+with no strike go first in a batch of their own, so a failed upload never blocks later ones.
+The core of it, :func:`new_sources`, is a pure function of (listing, claimed, strikes).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from shardline.core.store import ObjectInfo, ObjectStore
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
 from shardline.tasks.ledger import claimed_sources
-from shardline.tasks.setaside import set_aside
+from shardline.tasks.setaside import Strikes, next_sources
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +48,28 @@ def group_sources(listing: Iterable[ObjectInfo]) -> list[Source]:
     return sorted(singles, key=lambda s: s.key)
 
 
-def new_sources(sources: Iterable[Source], claimed: set[tuple[str, str]]) -> Batch | None:
+def new_sources(sources: Iterable[Source], claimed: set[tuple[str, str]],
+                strikes: Strikes | None = None) -> Batch | None:
     """The batch of sources whose (key, ETag) is not claimed yet; ``None`` if there is none.
-    An object re-uploaded with new content (new ETag) is new."""
+    An object re-uploaded with new content (new ETag) is new. With ``strikes``, sources that
+    failed an earlier batch wait for the clean ones and are then tried by bisection."""
     fresh = tuple(s for s in sources if (s.key, s.etag) not in claimed)
+    if strikes is not None:
+        fresh = next_sources(fresh, strikes)
     return Batch(batch_id(fresh), fresh) if fresh else None
 
 
 def detect(store: ObjectStore, cfg: DatasetConfig) -> Batch | None:
     """List ``cfg.incoming`` and return the batch of new sources, or ``None``."""
     sources = group_sources(store.list(cfg.incoming))
-    aside = set_aside(store, cfg)
+    strikes = Strikes.read(store, cfg)
+    aside = strikes.aside()
+    listed = {(s.key, s.etag) for s in sources}
     for (key, etag), why in sorted(aside.items()):
-        if any(s.key == key and s.etag == etag for s in sources):
+        if (key, etag) in listed:
             log.warning("s3://%s/%s (ETag %s) is set aside: %s; upload it again (fixed) to "
                         "retry it", store.bucket, key, etag, why[:300])
-    batch = new_sources(sources, claimed_sources(store, cfg) | set(aside))
+    batch = new_sources(sources, claimed_sources(store, cfg) | set(aside), strikes)
     if batch is None:
         log.info("nothing new under s3://%s/%s (%d sources, all ingested)",
                  store.bucket, cfg.incoming, len(sources))

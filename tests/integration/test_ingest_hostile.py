@@ -1,6 +1,7 @@
 """Containment end to end (issue 11, items 1, 3, 8): hostile rows and objects in one drop
 end as quarantine rows, the rest publishes, every input row exactly once; a batch that
-cannot pass is set aside after two strikes and never blocks a later clean upload.
+cannot pass is bisected down to its failing sources, which are set aside; it never blocks a
+later clean upload (clean sources go first).
 
 Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectations, Arrow.
 ``ingest_once`` wires the stages as ``flows/ingest.py`` does, strikes included.
@@ -109,25 +110,34 @@ def test_a_poisoned_batch_is_set_aside_and_a_later_clean_upload_publishes(store,
         ingest_once(store, cfg, spark)
     good = digits(0, 10)
     store.put_bytes(f"{IN}good.jsonl", jsonl_bytes(good))  # arrives after the bad drop
-    with pytest.raises(ValidationFailed):                  # bad + good: 67 % bad, over the gate
-        ingest_once(store, cfg, spark)
-    pub = ingest_once(store, cfg, spark)                   # bad has 2 strikes: set aside
+    pub = ingest_once(store, cfg, spark)                   # clean sources go first, alone
     assert pub is not None and pub.created and pub.rows_published == 10
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, [d.id for d in good], [])
+    with pytest.raises(ValidationFailed):                  # bad tried alone again: 2 strikes
+        ingest_once(store, cfg, spark)
     assert set(setaside.set_aside(store, cfg)) == {(f"{IN}bad.jsonl",
                                                     store.head(f"{IN}bad.jsonl").etag)}
     assert detect(store, cfg) is None
 
 
-def test_conversion_failures_are_strikes_against_every_source(store):
+def test_conversion_failures_are_bisected_down_to_the_failing_source(store):
     cfg = dataset_config()
-    from shardline.tasks.batch import Batch, Source
-    batch = Batch("b1", (Source(f"{IN}x.jsonl", "e1", 5, "jsonl"),
-                         Source(f"{IN}y.csv", "e2", 5, "csv")))
+    from shardline.tasks.batch import Batch
+    for name in ("x.jsonl", "y.csv"):
+        store.put_bytes(f"{IN}{name}", b"id,label,image\n")
+    batch = detect(store, cfg)
+    assert batch is not None and len(batch.sources) == 2
+    x, y = batch.sources
     setaside.record_conversion_failure(store, cfg, batch, "r1", RuntimeError("worker died"))
-    assert setaside.set_aside(store, cfg) == {}
     setaside.record_conversion_failure(store, cfg, batch, "r2", RuntimeError("worker died"))
+    assert setaside.set_aside(store, cfg) == {}            # never failed alone: not yet
+    probe = detect(store, cfg)                             # the first half of the pair
+    assert probe is not None and probe.sources == (x,)
+    setaside.record_conversion_failure(store, cfg, Batch("b", (x,)), "r3",
+                                       RuntimeError("worker died"))
     aside = setaside.set_aside(store, cfg)
-    assert set(aside) == {(f"{IN}x.jsonl", "e1"), (f"{IN}y.csv", "e2")}
-    assert "worker died" in aside[(f"{IN}x.jsonl", "e1")]
+    assert set(aside) == {(x.key, x.etag)}
+    assert "worker died" in aside[(x.key, x.etag)]
+    nxt = detect(store, cfg)                               # y goes on without x
+    assert nxt is not None and nxt.sources == (y,)
