@@ -8,8 +8,9 @@ snapshots the stream's state per batch), which is what checkpoints store. Pinnin
 in the stream itself (the batch buffer is allocated pinned), which saves the extra copy a
 separate PinMemory node would make.
 
-Evaluation reads the held-out rows of every shard of the version in manifest order, in
-batches, each rank a strided share; no shuffle, no state.
+Evaluation reads the held-out rows of the version in manifest order, in batches, each rank
+a strided share; no shuffle, no state. It opens only the held-out shards (and the mixed
+shards of the older layout, masked by id hash): never a train shard.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ def make_train_loader(stream: ShardStream, spec: LoaderSpec) -> Loader[Batch]:
 
 def eval_batches(plan: TrainPlan, reader: ShardReader, pool: BufferPool, *, rank: int = 0,
                  world: int = 1, lookahead_bytes: int | None = None) -> Iterator[Batch]:
-    """Batches of the held-out rows of every shard (``key`` maps back to shard and row).
+    """Batches of the held-out rows (``key`` maps back to shard and row), read from
+    ``plan.eval_shards`` only.
 
     Batches come from ``pool`` (its batch size); release them with ``pool.release``."""
     batch_size = pool.shape[0]
-    shards = plan.shards
+    shards = plan.eval_shards
     items: list[tuple[int, OpenShard, np.ndarray, np.ndarray]] = []
     rows_in_group = 0
     for i, s in enumerate(shards):
@@ -60,7 +62,7 @@ def eval_batches(plan: TrainPlan, reader: ShardReader, pool: BufferPool, *, rank
             reader.source.prefetch([t.entry for t in shards[i:]], lookahead_bytes)
         shard = reader.open(s)
         index = reader.index(s)
-        rows = plan.holdout_rows(index)[rank::world]
+        rows = plan.holdout_rows(index, s)[rank::world]
         if len(rows):
             items.append((s.ordinal, shard, rows, index.labels[rows]))
             rows_in_group += len(rows)

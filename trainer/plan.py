@@ -7,8 +7,16 @@ the same fraction ``q`` of its training rows, chosen as the rows with the smalle
 hash, so the replay share of an epoch is ``replay_ratio`` (within rounding), the sample is
 spread over all of history, and it is deterministic for a (seed, dataset version) salt.
 
-Rows whose id hash puts them in the held-out split (see ``trainer.holdout``) are never
-trained on; the held-out rows of every shard form the evaluation set.
+The held-out split: ingest writes each batch's held-out rows into their own shards
+(``ShardEntry.split == "holdout"``), so training reads only ``"train"`` shards and
+evaluation only ``"holdout"`` ones. Shards written before that (``split`` None) hold both:
+their rows are masked by id hash (``trainer.holdout``, the same rule ingest splits by), so
+a dataset mixing both layouts trains and evaluates on the same rows either way.
+
+The fraction: a dataset that materialised the split recorded its fraction in the version
+document, and that one is used; a trainer configured with another value is refused
+(``HoldoutMismatch``, naming both), since it would evaluate other rows than the held-out
+shards hold. A dataset with mixed shards only uses the trainer's configured fraction.
 """
 
 from __future__ import annotations
@@ -22,11 +30,16 @@ from typing import Literal
 
 import numpy as np
 
-from shardline.core.errors import ShardlineError
+from shardline.core.errors import ShardlineError, StoreError
+from shardline.core.idhash import HoldoutMismatch, dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry
+from shardline.core.parts import HOLDOUT, SPLITS, TRAIN
 from shardline.core.shard_table import ShardColumns
 from shardline.trainer.holdout import holdout_mask, pick_smallest, salted
 from shardline.trainer.shard_file import ShardIndex
+
+__all__ = ["HoldoutMismatch", "NothingToTrain", "PlannedShard", "TrainPlan", "dataset_fraction",
+           "make_plan", "shard_versions"]
 
 
 @contextlib.contextmanager
@@ -46,18 +59,21 @@ class NothingToTrain(ShardlineError):
 
 class PlannedShard:
     """One shard of a plan. Its manifest ``entry`` is built from the version's shard columns
-    when first used (a 100k-shard plan builds no entries up front)."""
+    when first used (a 100k-shard plan builds no entries up front). ``split``: "train",
+    "holdout", or None (a mixed shard of the older layout, masked by id hash)."""
 
-    __slots__ = ("_entry", "_columns", "ordinal", "dataset_version", "role")
+    __slots__ = ("_entry", "_columns", "ordinal", "dataset_version", "role", "split")
 
     def __init__(self, entry: ShardEntry | None, ordinal: int, dataset_version: int,
-                 role: Literal["new", "replay"], columns: ShardColumns | None = None):
+                 role: Literal["new", "replay"], columns: ShardColumns | None = None,
+                 split: str | None = None):
         if entry is None and columns is None:
             raise ValueError("PlannedShard needs an entry or the shard columns to build it from")
         self._entry, self._columns = entry, columns
         self.ordinal = ordinal                  # position in the manifest's shard list
         self.dataset_version = dataset_version  # dataset version that added the shard's batch
         self.role: Literal["new", "replay"] = role
+        self.split = split if entry is None else entry.split
 
     @property
     def entry(self) -> ShardEntry:
@@ -96,21 +112,42 @@ class TrainPlan:
 
     @property
     def train_shards(self) -> list[PlannedShard]:
-        return [s for s in self.shards if s.role == "new" or self.replay_fraction > 0]
+        """Shards training reads: train and mixed ones (never a held-out shard)."""
+        return [s for s in self.shards if s.split != HOLDOUT
+                and (s.role == "new" or self.replay_fraction > 0)]
+
+    @property
+    def eval_shards(self) -> list[PlannedShard]:
+        """Shards evaluation reads: held-out and mixed ones (never a train shard)."""
+        return [s for s in self.shards if s.split != TRAIN]
 
     def expected_rows(self, s: PlannedShard) -> float:
         frac = 1.0 if s.role == "new" else self.replay_fraction
+        if s.split is not None:
+            return s.entry.rows * frac if s.split == TRAIN else 0.0
         return s.entry.rows * (1.0 - self.holdout_fraction) * frac
 
     def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
         """Row numbers of ``s`` that this run trains on (ascending)."""
-        train = np.flatnonzero(~holdout_mask(index.hashes, self.holdout_fraction))
+        if s.split == HOLDOUT:
+            return np.empty(0, np.int64)
+        if s.split == TRAIN:
+            train = np.arange(len(index.hashes), dtype=np.int64)
+        else:
+            train = np.flatnonzero(~holdout_mask(index.hashes, self.holdout_fraction))
         if s.role == "new":
             return train.astype(np.int64)
         k = int(round(self.replay_fraction * len(train)))
         return train[pick_smallest(salted(index.hashes[train], self.salt), k)]
 
-    def holdout_rows(self, index: ShardIndex) -> np.ndarray:
+    def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:
+        """Row numbers of shard ``s`` that are held out: all of a held-out shard, none of a
+        train shard, the id-hash mask of a mixed one (also when ``s`` is not given)."""
+        split = None if s is None else s.split
+        if split == HOLDOUT:
+            return np.arange(len(index.hashes), dtype=np.int64)
+        if split == TRAIN:
+            return np.empty(0, np.int64)
         return np.flatnonzero(holdout_mask(index.hashes, self.holdout_fraction)).astype(np.int64)
 
     def fingerprint(self) -> str:
@@ -138,18 +175,28 @@ def shard_versions(manifest: Manifest) -> np.ndarray:
 
 
 def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_ratio: float,
-              holdout_fraction: float, seed: int) -> TrainPlan:
+              holdout_fraction: float | None, seed: int) -> TrainPlan:
     """Choose new and replay shards of ``manifest`` for a model last trained on
     ``since_dataset_version``.
 
     Reads every batch list of the version once, as columns (replay samples all of history);
     shards are new when their batch's version is after ``since_dataset_version`` (when
-    retraining the same version: when their batch is the version's own).
+    retraining the same version: when their batch is the version's own). Held-out shards
+    are in the plan (evaluation reads them) but count for neither new nor replay rows.
 
     Raises:
         NothingToTrain: no shard is new relative to ``since_dataset_version``.
+        HoldoutMismatch: ``holdout_fraction`` differs from the dataset's (see
+            :func:`dataset_fraction`; None takes the dataset's).
     """
+    fraction = dataset_fraction(manifest, holdout_fraction)
     cols = manifest.shard_columns
+    splits = cols.split
+    odd = set(splits) - {None, *SPLITS}
+    if odd:
+        raise StoreError(f"dataset {manifest.dataset} v{manifest.version}: shard split(s) "
+                         f"{sorted(odd)} are not 'train' or 'holdout'; upgrade shardline")
+    trains = ~cols.split_is(HOLDOUT)
     versions = shard_versions(manifest)
     if since_dataset_version is None:
         is_new = np.ones(len(cols), bool)
@@ -157,8 +204,8 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
         is_new = versions == manifest.version
     else:
         is_new = versions > since_dataset_version
-    new_rows = int(cols.rows[is_new].sum())
-    old_rows = int(cols.rows[~is_new].sum())
+    new_rows = int(cols.rows[is_new & trains].sum())
+    old_rows = int(cols.rows[~is_new & trains].sum())
     if new_rows == 0:
         raise NothingToTrain(
             f"dataset {manifest.dataset} v{manifest.version} has no rows newer than the "
@@ -171,7 +218,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
                           "little")
     roles = np.where(is_new, "new", "replay").tolist()
     with _no_gc():       # 100k small objects: the cyclic collector would rescan them all
-        planned = [PlannedShard(None, i, v, r, cols)
-                   for i, (v, r) in enumerate(zip(versions.tolist(), roles, strict=True))]
+        planned = [PlannedShard(None, i, v, r, cols, sp) for i, (v, r, sp)
+                   in enumerate(zip(versions.tolist(), roles, splits, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
-                     holdout_fraction, salt)
+                     fraction, salt)

@@ -17,10 +17,14 @@ adds rows to the held-out set.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+
+from shardline.core.errors import ShardlineError
+
+HOLDOUT_FRACTION = 0.15       # the default of [dataset] / [train] holdout_fraction
 
 K = np.uint64(0x100000001B3)          # FNV-64 prime: odd, so powers never vanish mod 2**64
 K_LEN = np.uint64(0x9E3779B97F4A7C15)
@@ -103,3 +107,35 @@ def holdout_mask(hashes: np.ndarray, fraction: float) -> np.ndarray:
 def holdout_ids(ids: pa.Array | pa.ChunkedArray, fraction: float) -> np.ndarray:
     """``holdout_mask(id_hash64(ids), fraction)``: True where the id is held out."""
     return holdout_mask(id_hash64(ids), fraction)
+
+
+class HoldoutMismatch(ShardlineError):
+    """A reader's holdout fraction differs from the one the dataset fixed at ingest."""
+
+
+class _Version(Protocol):
+    dataset: str
+    version: int
+
+    @property
+    def holdout_fraction(self) -> float | None: ...
+
+
+def dataset_fraction(manifest: _Version, configured: float | None) -> float:
+    """The held-out fraction to read ``manifest`` with: the one the dataset recorded at
+    ingest (when it materialised the split), else ``configured`` (else the default).
+
+    Raises:
+        HoldoutMismatch: ``configured`` differs from the recorded fraction (the reader
+            would mask other rows than the held-out shards hold).
+    """
+    recorded = manifest.holdout_fraction
+    if recorded is None:
+        return HOLDOUT_FRACTION if configured is None else configured
+    if configured is not None and configured != recorded:
+        raise HoldoutMismatch(
+            f"dataset {manifest.dataset} v{manifest.version} holds out {recorded} of its rows "
+            f"(fixed at ingest), the trainer is configured with holdout_fraction = "
+            f"{configured}; set [train] holdout_fraction = {recorded} (or leave it unset: it "
+            "defaults to [dataset] holdout_fraction)")
+    return recorded
