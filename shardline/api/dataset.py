@@ -3,6 +3,7 @@
     import shardline
     ds = shardline.open_dataset("digits")           # latest version; or version=3
     table = ds.to_table()                            # pyarrow.Table (also .to_pandas())
+    held = shardline.open_dataset("digits", split="holdout")   # the evaluation rows only
 
 A version is read through its manifest: the exact shard files it lists, with the schema it
 records, so a reader never lists ``shards/`` and never infers hive partitions from folder
@@ -22,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.api.access import arrow_filesystem, store_for
+from shardline.api.splits import Split, check_split, mask_rows, shards_of
 from shardline.core.config import (
     Config,
     DatasetConfig,
@@ -30,6 +32,7 @@ from shardline.core.config import (
     load_config,
 )
 from shardline.core.errors import ConfigError
+from shardline.core.idhash import dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, resolve_version
 from shardline.core.schema import QUARANTINE_SCHEMA
 from shardline.core.store import ObjectStore
@@ -87,11 +90,16 @@ class VersionDiff:
 
 
 class Dataset:
-    """One committed version of a dataset (immutable), opened from its manifest."""
+    """One committed version of a dataset (immutable), opened from its manifest.
+
+    ``split``: ``"all"`` rows, or the ``"train"`` / ``"holdout"`` split (what the trainer
+    trains / evaluates on): shards, files, tables and the torch loader then cover that
+    split only, reading its own shards (plus older mixed shards, masked by id hash)."""
 
     def __init__(self, store: ObjectStore, manifest: Manifest, prefix: str,
-                 config: Config | DatasetConfig | None = None) -> None:
+                 config: Config | DatasetConfig | None = None, split: Split = "all") -> None:
         self.store, self.manifest, self.prefix = store, manifest, prefix
+        self.split: Split = check_split(split)
         self._given = config
         self._config = config.dataset if isinstance(config, Config) else config
         # [train] settings when opened from a whole config (the loader's holdout split)
@@ -112,7 +120,15 @@ class Dataset:
 
     @property
     def rows(self) -> int:
+        """Rows of the version (all splits)."""
         return self.manifest.rows
+
+    @cached_property
+    def holdout_fraction(self) -> float:
+        """The held-out fraction: fixed at ingest (recorded by the version), else the
+        ``[train]`` one of the config the dataset was opened with, else the default."""
+        return dataset_fraction(self.manifest, self.train.holdout_fraction
+                                if self.train is not None else None)
 
     @property
     def classes(self) -> list[str]:
@@ -148,8 +164,10 @@ class Dataset:
 
     # -- Arrow / pandas ---------------------------------------------------------------------
     def shards(self, new_only: bool = False) -> list[ShardEntry]:
-        """The version's shard entries (``new_only``: those its own batch added)."""
-        return self.manifest.new() if new_only else list(self.manifest.shards)
+        """The version's shard entries of this split (``new_only``: those its own batch
+        added); for a split, the older mixed shards are included (their rows are masked)."""
+        every = self.manifest.new() if new_only else list(self.manifest.shards)
+        return shards_of(every, self.split)
 
     def files(self, new_only: bool = False) -> list[str]:
         """``bucket/key`` paths of the shard files (for ``pyarrow.fs``)."""
@@ -157,7 +175,8 @@ class Dataset:
 
     def to_dataset(self, new_only: bool = False,
                    shards: list[ShardEntry] | None = None) -> pads.Dataset:
-        """A ``pyarrow.dataset`` over exactly the listed files, with the recorded schema."""
+        """A ``pyarrow.dataset`` over exactly the listed files, with the recorded schema (for
+        a split: its files, mixed shards unmasked; ``to_table`` masks them)."""
         import pyarrow.dataset as pads
 
         paths = ([f"{self.store.bucket}/{s.path}" for s in shards] if shards is not None
@@ -168,9 +187,22 @@ class Dataset:
     def to_table(self, columns: list[str] | None = None, filter: Any = None,
                  new_only: bool = False) -> pa.Table:
         """The rows as one ``pyarrow.Table`` (``filter``: a ``pyarrow.compute`` expression)."""
-        if not self.shards(new_only):
+        shards = self.shards(new_only)
+        if not shards:
             return self.schema.empty_table().select(columns or self.schema.names)
-        return self.to_dataset(new_only).to_table(columns=columns, filter=filter)
+        mixed = [s for s in shards if s.split is None]
+        if self.split == "all" or not mixed:
+            return self.to_dataset(shards=shards).to_table(columns=columns, filter=filter)
+        # mixed shards (older layout): read with the id, keep this split's rows
+        idc = "id"
+        cols = None if columns is None else list(dict.fromkeys([*columns, idc]))
+        parts = [mask_rows(self.to_dataset(shards=mixed).to_table(columns=cols, filter=filter),
+                           self.split, self.holdout_fraction, idc)]
+        pure = [s for s in shards if s.split is not None]
+        if pure:
+            parts.insert(0, self.to_dataset(shards=pure).to_table(columns=cols, filter=filter))
+        table = pa.concat_tables(parts)
+        return table if columns is None else table.select(columns)
 
     def to_pandas(self, columns: list[str] | None = None, new_only: bool = False,
                   label_names: bool = False) -> pd.DataFrame:
@@ -242,9 +274,12 @@ class Dataset:
 
 def open_dataset(dataset: DatasetRef, version: int | None = None, *,
                  store: ObjectStore | StoreSettings | None = None, bucket: str | None = None,
-                 endpoint_url: str | None = None, root: str = "lake",
+                 endpoint_url: str | None = None, root: str = "lake", split: Split = "all",
                  **settings: Any) -> Dataset:
     """Open ``version`` (default: the latest) of ``dataset`` (a name, TOML path or config).
+
+    ``split``: ``"all"`` (default), ``"train"`` or ``"holdout"`` (the trainer's split; see
+    :class:`Dataset`).
 
     Where: ``store`` or ``bucket``/``endpoint_url`` (and any other ``StoreSettings`` field:
     ``access_key``, ``secret_key``, ``region``), else ``SHARDLINE_BUCKET`` /
@@ -258,7 +293,7 @@ def open_dataset(dataset: DatasetRef, version: int | None = None, *,
     if cfg is None:
         prefix = f"{root.strip('/')}/{prefix.strip('/')}"
     s = store_for(store, bucket=bucket, endpoint_url=endpoint_url, **settings)
-    return Dataset(s, resolve_version(s, prefix, version), prefix, cfg)
+    return Dataset(s, resolve_version(s, prefix, version), prefix, cfg, split)
 
 
 def list_dataset_versions(dataset: DatasetRef, *, store: ObjectStore | StoreSettings | None = None,

@@ -8,22 +8,25 @@ bucket; shard files are cached under ``cache_dir``.
 Batches are dicts: ``image`` uint8 ``[B, C, H, W]``, ``label`` int64 ``[B]``, ``key`` int64
 ``[B]`` (shard ordinal << 32 | row), ``epoch``, ``epoch_end``.
 
-``split``: ``"all"`` rows, or the trainer's ``"train"`` / ``"holdout"`` split (by id hash,
-with the ``holdout_fraction`` of ``[train]``): the rows the trainer evaluates on are exactly
-the ``"holdout"`` ones.
+``split``: ``"all"`` rows, or the trainer's ``"train"`` / ``"holdout"`` split: the split's
+own shards (written by ingest) plus older mixed shards masked by id hash with the dataset's
+fraction; the rows the trainer evaluates on are exactly the ``"holdout"`` ones, and a
+``"holdout"`` loader never opens a train shard.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
+from shardline.api.splits import Split, check_split
 from shardline.core.config import TrainConfig
+from shardline.core.parts import HOLDOUT
 from shardline.core.settings import RuntimeEnv, read_env
 from shardline.trainer.buffers import BufferPool
 from shardline.trainer.cache import ShardCache
@@ -31,7 +34,7 @@ from shardline.trainer.dist import DistInfo
 from shardline.trainer.fetch import ShardFetcher
 from shardline.trainer.loader import eval_batches, make_train_loader
 from shardline.trainer.options import LoaderSpec
-from shardline.trainer.plan import TrainPlan, make_plan
+from shardline.trainer.plan import PlannedShard, TrainPlan, make_plan
 from shardline.trainer.shard_file import ShardIndex
 from shardline.trainer.shard_reader import ShardReader
 from shardline.trainer.stream import ShardStream
@@ -39,35 +42,60 @@ from shardline.trainer.stream import ShardStream
 # ``ds`` below is a ``shardline.api.dataset.Dataset``; typed Any so that the two modules do
 # not import each other (``Dataset.torch_loader`` imports this module when called).
 Dataset = Any
-Split = Literal["all", "train", "holdout"]
 _DEFAULTS = TrainConfig()
 
 
 @dataclasses.dataclass(frozen=True)
 class _HoldoutPlan(TrainPlan):
-    """A plan whose 'training' rows are the held-out ones (to stream the evaluation split)."""
+    """A plan whose 'training' shards and rows are the held-out ones (to stream the
+    evaluation split shuffled)."""
 
-    def train_rows(self, s: Any, index: ShardIndex) -> np.ndarray:
-        return self.holdout_rows(index)
+    @property
+    def train_shards(self) -> list[PlannedShard]:
+        return self.eval_shards
 
-    def expected_rows(self, s: Any) -> float:
+    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
+        return self.holdout_rows(index, s)
+
+    def expected_rows(self, s: PlannedShard) -> float:
+        if s.split is not None:
+            return float(s.entry.rows) if s.split == HOLDOUT else 0.0
         return s.entry.rows * self.holdout_fraction
 
 
-def _plan(ds: Dataset, split: Split, holdout_fraction: float, seed: int, shuffle: bool
+@dataclasses.dataclass(frozen=True)
+class _AllPlan(TrainPlan):
+    """Every row of every shard, shuffled (train rows) or in order (the 'held-out' pass)."""
+
+    @property
+    def train_shards(self) -> list[PlannedShard]:
+        return self.shards
+
+    @property
+    def eval_shards(self) -> list[PlannedShard]:
+        return self.shards
+
+    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
+        return np.arange(len(index.hashes), dtype=np.int64)
+
+    def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:
+        return np.arange(len(index.hashes), dtype=np.int64)
+
+    def expected_rows(self, s: PlannedShard) -> float:
+        return float(s.entry.rows)
+
+
+def _plan(ds: Dataset, split: Split, holdout_fraction: float | None, seed: int, shuffle: bool
           ) -> TrainPlan:
-    if split not in ("all", "train", "holdout"):
-        raise ValueError(f"split must be 'all', 'train' or 'holdout', got {split!r}")
-    if not shuffle:   # eval_batches reads plan.holdout_rows in manifest order
-        if split == "train":
-            raise ValueError("split='train' is only streamed shuffled; pass shuffle=True, or "
-                             "split='all' / 'holdout' for a fixed order")
-        fraction = 1.0 if split == "all" else holdout_fraction
-        return make_plan(ds.manifest, None, 0.0, fraction, seed)
-    base = make_plan(ds.manifest, None, 0.0, 0.0 if split == "all" else holdout_fraction, seed)
-    if split == "holdout":
-        return _HoldoutPlan(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
-    return base
+    check_split(split)
+    if not shuffle and split == "train":   # the fixed order is eval_batches' (held-out rows)
+        raise ValueError("split='train' is only streamed shuffled; pass shuffle=True, or "
+                         "split='all' / 'holdout' for a fixed order")
+    base = make_plan(ds.manifest, None, 0.0, None if split == "all" else holdout_fraction, seed)
+    cls = {"all": _AllPlan, "holdout": _HoldoutPlan}.get(split)
+    if cls is None:
+        return base
+    return cls(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
 
 
 class TorchLoader:
@@ -75,7 +103,7 @@ class TorchLoader:
     and ``close`` (stops the fetch threads; also on ``with`` exit)."""
 
     def __init__(self, ds: Dataset, batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 epochs: int = 1, split: Split = "all", rank: int | None = None,
+                 epochs: int = 1, split: Split | None = None, rank: int | None = None,
                  world: int | None = None, holdout_fraction: float | None = None,
                  shuffle_window: int = _DEFAULTS.shuffle_window, cache_dir: str | None = None,
                  cache_max_gb: float | None = None, fetch_threads: int = 4) -> None:
@@ -85,14 +113,15 @@ class TorchLoader:
         if not 0 <= self.rank < self.world:
             raise ValueError(f"rank must be within [0, world), got {self.rank=}, {self.world=}")
         fraction = (holdout_fraction if holdout_fraction is not None
-                    else (ds.train or _DEFAULTS).holdout_fraction)
+                    else ds.train.holdout_fraction if ds.train is not None else None)
+        split = ds.split if split is None else split
         env = read_env(RuntimeEnv)
         cache = ShardCache(cache_dir or env.cache_dir or _DEFAULTS.cache_dir,
                            int((cache_max_gb or env.cache_max_gb or _DEFAULTS.cache_max_gb)
                                * 2**30), ds.store)
         self.fetcher = ShardFetcher(cache, fetch_threads)
         self.reader = ShardReader(self.fetcher, ds.config)
-        self.plan = _plan(ds, split, float(fraction), seed, shuffle)
+        self.plan = _plan(ds, split, fraction, seed, shuffle)
         self.shuffle, self.batch_size, self.nbytes = shuffle, batch_size, ds.config.image.nbytes
         self._skip = 0
         self._loader: Any = None
@@ -144,10 +173,12 @@ def make_loader(ds: Dataset, batch_size: int = 256, **kwargs: Any) -> TorchLoade
         batch_size: samples per batch (the last batch of an epoch may be shorter).
         shuffle: windowed shuffle as in training (default); False reads in manifest order.
         seed, epochs: the shuffle's seed; epochs in one iteration.
-        split: "all" (default), "train" or "holdout" (the trainer's id-hash split).
+        split: "all", "train" or "holdout" (the trainer's split; default: the split the
+            dataset was opened with, "all" unless ``open_dataset(..., split=...)``).
         rank, world: this process's share (default from ``RANK`` / ``WORLD_SIZE``).
-        holdout_fraction: for the split (default: ``[train]`` of the config the dataset was
-            opened with, else 0.15, the trainer's default).
+        holdout_fraction: for the split: the dataset's, fixed at ingest (another value is
+            an error); for a dataset of mixed shards only, ``[train]`` of the config the
+            dataset was opened with, else 0.15.
         shuffle_window, cache_dir, cache_max_gb, fetch_threads: loader knobs.
     """
     return TorchLoader(ds, batch_size, **kwargs)
