@@ -195,7 +195,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     odd = set(splits) - {None, *SPLITS}
     if odd:
         raise StoreError(f"dataset {manifest.dataset} v{manifest.version}: shard split(s) "
-                         f"{sorted(odd)} are not 'train' or 'holdout'; upgrade shardline")
+                         f"{sorted(map(str, odd))} are not 'train' or 'holdout'; upgrade shardline")
     trains = ~cols.split_is(HOLDOUT)
     versions = shard_versions(manifest)
     if since_dataset_version is None:

@@ -22,7 +22,7 @@ SPLITS: tuple[Split, ...] = ("all", "train", "holdout")
 def check_split(split: str) -> Split:
     if split not in SPLITS:
         raise ValueError(f"split must be 'all', 'train' or 'holdout', got {split!r}")
-    return split  # type: ignore[return-value]
+    return split
 
 
 def shards_of(shards: list[ShardEntry], split: Split) -> list[ShardEntry]:
