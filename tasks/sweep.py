@@ -7,6 +7,11 @@
   every live file (its batch lists name every live shard; no batch is ever removed yet);
   young files are left alone because a publisher may be about to commit them. Checkpoints
   are kept: older versions' documents reference them.
+- A compaction (``tasks.compact``) is the one commit that stops naming objects: the shards
+  and batch lists it replaced. They are old files, so their age says nothing; what counts is
+  how long ago they stopped being live. Every version committed within
+  ``sweep_after_minutes`` that is a compaction keeps what its parent named, so readers of
+  the version before a compaction have that long to finish; after it they are swept.
 Readers never list these folders, so sweeping changes nothing they can see.
 """
 
@@ -18,8 +23,9 @@ from datetime import UTC, datetime, timedelta
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
-from shardline.core.manifest import latest_manifest
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.store import ObjectStore
+from shardline.tasks.compact_draft import is_compaction
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +56,7 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
     latest = latest_manifest(store, cfg.prefix)
     live: set[str] = set()
     if latest is not None:
-        live.update(s.path for s in latest.shards)
-        live.update(s.path for s in latest.quarantine.get("shards", []))
-        live.update(b.ids_path for b in latest.batches)
-        if latest.format != 1:     # batch lists are never replaced: the latest names all
-            live.update(r.key for r in latest.batch_lists)
+        live = _named(latest) | _replaced_recently(store, cfg, cutoff)
     prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
     prefixes.append(layout.batch_lists_prefix(cfg.prefix))
     orphans = [o.key for p in prefixes for o in store.list(p)
@@ -64,3 +66,27 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
         log.info("swept %d stale staging run(s) (%d objects) and %d orphaned file(s)",
                  stale_runs, len(stale_keys), len(orphans))
     return SweepResult(stale_runs, len(stale_keys), len(orphans))
+
+
+def _named(m: Manifest) -> set[str]:
+    """Every shard, quarantine shard, id file and batch list version ``m`` names."""
+    live = {s.path for s in m.shards}
+    live.update(s.path for s in m.quarantine.get("shards", []))
+    live.update(b.ids_path for b in m.batches)
+    if m.format != 1:
+        live.update(r.key for r in m.batch_lists)
+    return live
+
+
+def _replaced_recently(store: ObjectStore, cfg: DatasetConfig, cutoff: datetime) -> set[str]:
+    """What the parents of compactions committed after ``cutoff`` named (their replaced
+    objects are still in their grace period)."""
+    recent = [v for v in (layout.version_of_key(o.key) for o in
+                          store.list(layout.versions_prefix(cfg.prefix))
+                          if o.last_modified >= cutoff) if v is not None]
+    keep: set[str] = set()
+    for v in recent:
+        m = read_manifest(store, cfg.prefix, v)
+        if is_compaction(m) and m.parent is not None:
+            keep |= _named(read_manifest(store, cfg.prefix, m.parent))
+    return keep

@@ -1,0 +1,177 @@
+"""Compaction: rewrite the small shards of published batches into large ones, as a new
+version with the same rows and ids (and new digests).
+
+    plan (tasks.compact_plan)  ->  rewrite + verify each output (tasks.compact_rewrite)
+    ->  build the version (tasks.compact_draft)  ->  commit_version (If-None-Match)
+
+Nothing a reader can see changes until the commit: the new shards and batch lists are under
+keys no version names yet. The replaced shards and batch lists stay where they are, so
+readers of older versions keep working; the sweep (``tasks.sweep``) removes them once the
+compaction is older than ``sweep_after_minutes``.
+
+Racing publishers: when an ingest (or another compaction) commits the version number first,
+compaction re-reads the latest version, plans again on it and retries. A group whose input
+shards are unchanged reuses the shard already written for it (its identity is its batch and
+its inputs' digests); a group another compaction already rewrote is no longer small and
+drops out. Shards written for groups that did not make it are deleted right away (no
+version names them). When the commit's reply is lost but the document is ours, it counts
+as committed. Re-running on a compacted dataset plans nothing and publishes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from shardline.core.builder import commit_version
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ObjectExists, PublishConflict, StoreError
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.parts import ShardEntry
+from shardline.core.schema import data_schema
+from shardline.core.store import ObjectStore
+from shardline.tasks.compact_draft import Rewrite, build_compaction
+from shardline.tasks.compact_plan import CompactionPlan, Group, MiB, plan
+from shardline.tasks.compact_rewrite import output_key, rewrite_bin
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    dataset: str
+    version: int | None          # the compaction version (None: nothing committed)
+    parent: int | None           # the version it was planned on
+    created: bool
+    dry_run: bool
+    plan: dict[str, Any]
+    seconds: float
+    attempts: int
+    bytes_out: int = 0
+    deleted_unused: int = 0
+    outputs: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "version": self.version, "parent": self.parent,
+                "created": self.created, "dry_run": self.dry_run, "seconds": self.seconds,
+                "attempts": self.attempts, "bytes_out": self.bytes_out,
+                "deleted_unused": self.deleted_unused, **self.plan}
+
+
+def sizes(cfg: DatasetConfig, min_mb: float | None, target_mb: float | None) -> tuple[int, int]:
+    """(min, target) bytes: the target defaults to ``shards.target_mb``, small to half of it."""
+    target = float(target_mb if target_mb is not None else cfg.shards.target_mb)
+    small = float(min_mb if min_mb is not None else target / 2)
+    if target <= 0 or small <= 0:
+        raise ValueError(f"--min-mb ({small}) and --target-mb ({target}) must be positive")
+    return int(small * MiB), int(target * MiB)
+
+
+def _schema(cfg: DatasetConfig, m: Manifest) -> pa.Schema:
+    """The Arrow schema of the version's shards: recorded in its schema part, else the
+    config's (which must then have the version's fingerprint)."""
+    info = m.schema
+    if info.ipc_b64:
+        import base64
+
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(info.ipc_b64)))
+    from shardline.core.schema import fingerprint
+
+    schema = data_schema(cfg)
+    if fingerprint(schema) != m.fingerprint:
+        raise PublishConflict(f"version {m.version} of {m.dataset} records no Arrow schema and "
+                              "the config's differs from its fingerprint; compact with the "
+                              "config the dataset was written with")
+    return schema
+
+
+class _Outputs:
+    """Output shards written by this run, by group identity (kept across retries)."""
+
+    def __init__(self, store: ObjectStore, cfg: DatasetConfig, run: str):
+        self.store, self.cfg, self.run = store, cfg, run
+        self.done: dict[tuple[str, tuple[str, ...]], list[ShardEntry]] = {}
+        self.parts: dict[str, int] = {}
+
+    def for_group(self, g: Group, schema: pa.Schema) -> list[ShardEntry]:
+        if g.identity in self.done:
+            return self.done[g.identity]
+        out = []
+        for inputs in g.bins:
+            part = self.parts[g.batch] = self.parts.get(g.batch, -1) + 1
+            out.append(rewrite_bin(
+                self.store, self.cfg.prefix, inputs,
+                key=output_key(self.cfg.prefix, g.batch, part, self.run), schema=schema,
+                compression=self.cfg.shards.compression,
+                record_batch_rows=self.cfg.shards.record_batch_rows))
+        self.done[g.identity] = out
+        return out
+
+    def unused(self, used: set[str]) -> list[str]:
+        return [s.path for out in self.done.values() for s in out if s.path not in used]
+
+
+def _rewrites(p: CompactionPlan, outs: _Outputs, schema: pa.Schema) -> dict[str, Rewrite]:
+    by_batch: dict[str, Rewrite] = {}
+    for g in p.groups:
+        got = outs.for_group(g, schema)
+        rw = by_batch.get(g.batch)
+        by_batch[g.batch] = Rewrite(g.batch, (rw.replaced if rw else []) + g.inputs,
+                                    (rw.outputs if rw else []) + got)
+    return by_batch
+
+
+def compact(store: ObjectStore, cfg: DatasetConfig, *, min_mb: float | None = None,
+            target_mb: float | None = None, dry_run: bool = False, max_attempts: int = 20,
+            run_id: str | None = None) -> CompactResult:
+    """Compact the latest version of ``cfg``'s dataset (see the module docstring).
+
+    Raises:
+        StoreError: the dataset has no version, a shard is damaged, or a rewrite does not
+            hold exactly the rows it replaces (then nothing is committed).
+        PublishConflict: ``max_attempts`` lost races in a row.
+    """
+    t0 = time.perf_counter()
+    min_b, target_b = sizes(cfg, min_mb, target_mb)
+    run = run_id or f"compact{uuid.uuid4().hex[:8]}"
+    outs = _Outputs(store, cfg, run)
+    for attempt in range(1, max_attempts + 1):
+        latest = latest_manifest(store, cfg.prefix)
+        if latest is None:
+            raise StoreError(f"no dataset versions under s3://{store.bucket}/{cfg.prefix}/; "
+                             "nothing to compact")
+        p = plan(latest, min_bytes=min_b, target_bytes=target_b,
+                 max_rows=cfg.shards.max_rows)
+        if dry_run or not p.groups:
+            gone = store.delete(outs.unused(set()))
+            log.info("%s v%d: %d shard(s), %s", cfg.name, latest.version, p.shards_before,
+                     "dry run" if dry_run else "nothing to compact")
+            return CompactResult(cfg.name, None, latest.version, False, dry_run, p.to_dict(),
+                                 time.perf_counter() - t0, attempt, deleted_unused=gone)
+        rewrites = _rewrites(p, outs, _schema(cfg, latest))
+        draft = build_compaction(cfg.prefix, latest, rewrites, run, rows_rewritten=p.rows)
+        try:
+            m = commit_version(store, draft)
+        except ObjectExists:
+            if store.get_bytes(draft.key) != draft.body:
+                log.info("version %d was taken by a concurrent publisher (attempt %d); "
+                         "planning again", draft.doc.version, attempt)
+                store.delete(draft.run_objects)     # this draft's batch lists + checkpoint
+                continue
+            m = read_manifest(store, cfg.prefix, draft.doc.version)   # ours; reply lost
+        used = {s.path for rw in rewrites.values() for s in rw.outputs}
+        gone = store.delete(outs.unused(used))
+        out_bytes = sum(s.bytes for rw in rewrites.values() for s in rw.outputs)
+        log.info("compacted %s: version %d, %d -> %d shards (%d small shards of %d batches "
+                 "-> %d), %d rows rewritten", cfg.name, m.version, p.shards_before,
+                 p.shards_after, p.shards_in, len(p.batches), p.shards_out, p.rows)
+        return CompactResult(cfg.name, m.version, latest.version, True, False, p.to_dict(),
+                             time.perf_counter() - t0, attempt, bytes_out=out_bytes,
+                             deleted_unused=gone, outputs=sorted(used))
+    raise PublishConflict(f"compaction of {cfg.name}: gave up after {max_attempts} lost races "
+                          "for a version number; run it again")
