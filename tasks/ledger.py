@@ -4,6 +4,12 @@
   by publish after each commit (``If-None-Match``, so a repeat is harmless), read by detect
   to tell new uploads from ingested ones; a batch whose claim write was lost is repaired
   from the latest manifest, which names every published batch.
+- Claims checkpoints (``ledger/claims-<n>.arrow``): the claims of ``n`` batches in one
+  Arrow file (batch, key, etag). Detect lists the claim documents (one LIST page per 1,000
+  batches), reads the newest checkpoint and GETs only the documents it does not cover, in
+  parallel; once :data:`CHECKPOINT_AFTER` documents are uncovered it writes the next
+  checkpoint (``If-None-Match``: racing writers of the same ``n`` write the same claims).
+  So a detect costs O(new batches) GETs, not one GET per batch ever published.
 - The id index (``ids/batch=<id>-<run>.arrow``): the ids each published batch holds, in
   hash buckets (``shardline.tasks.id_index``), which convert checks a new batch against for
   duplicates (bucket by bucket, memory flat in the history) and publish re-checks after a
@@ -16,6 +22,8 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,25 +41,69 @@ log = logging.getLogger(__name__)
 
 
 # -- claims -------------------------------------------------------------------------------
+CHECKPOINT_AFTER = 64      # uncovered claim documents that make detect write a checkpoint
+KEEP_CHECKPOINTS = 2       # the newest ones; a reader may still be reading the one before
+_CLAIMS_SCHEMA = pa.schema([("batch", pa.string()), ("key", pa.string()),
+                            ("etag", pa.string())])
+
+
 def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, str]]:
     """(key, ETag) of every source that entered a published version."""
-    claimed: set[tuple[str, str]] = set()
-    ledger_ids: set[str] = set()
-    for o in store.list(layout.batches_prefix(cfg.prefix)):
-        if not o.key.endswith(".json"):
-            continue
-        doc = store.get_json(o.key)
-        ledger_ids.add(doc["batch"])
-        claimed.update((s["key"], s["etag"]) for s in doc["sources"])
+    docs_prefix = layout.batches_prefix(cfg.prefix)
+    docs: dict[str, str] = {}                      # batch id -> claim document key
+    for o in store.list(docs_prefix):
+        name = o.key[len(docs_prefix):]
+        if name.endswith(".json") and "/" not in name:
+            docs[name[:-len(".json")]] = o.key
+    checkpoints = sorted(o.key for o in store.list(layout.claims_checkpoint_prefix(cfg.prefix))
+                         if o.key.endswith(".arrow"))
+    claims: dict[str, list[tuple[str, str]]] = {}
+    if checkpoints:
+        claims = _read_checkpoint(store, checkpoints[-1])
+    missing = sorted(set(docs) - set(claims))
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        for doc in pool.map(store.get_json, [docs[b] for b in missing]):
+            claims[str(doc["batch"])] = [(s["key"], s["etag"]) for s in doc["sources"]]
+    if len(missing) >= CHECKPOINT_AFTER:
+        _write_checkpoint(store, cfg, claims, checkpoints)
+    claimed = {ks for sources in claims.values() for ks in sources}
     latest = latest_manifest(store, cfg.prefix)
     if latest is not None:
         for b in latest.batches:
-            if b.id not in ledger_ids:   # published, but its ledger write was lost
+            if b.id not in claims:   # published, but its ledger write was lost
                 log.warning("batch %s (v%d) has no ledger entry; reading its manifest",
                             b.id, b.version)
                 m = read_manifest(store, cfg.prefix, b.version)
                 claimed.update((s.key, s.etag) for s in m.sources)
     return claimed
+
+
+def _read_checkpoint(store: ObjectStore, key: str) -> dict[str, list[tuple[str, str]]]:
+    with ipc.open_file(pa.BufferReader(store.get_bytes(key))) as f:
+        t = f.read_all()
+    out: dict[str, list[tuple[str, str]]] = {}
+    for b, k, e in zip(t.column("batch").to_pylist(), t.column("key").to_pylist(),
+                       t.column("etag").to_pylist(), strict=True):
+        out.setdefault(b, []).append((k, e))
+    return out
+
+
+def _write_checkpoint(store: ObjectStore, cfg: DatasetConfig,
+                      claims: dict[str, list[tuple[str, str]]], older: list[str]) -> None:
+    rows: dict[str, list[Any]] = {"batch": [], "key": [], "etag": []}
+    for b in sorted(claims):
+        for k, e in claims[b]:
+            rows["batch"].append(b)
+            rows["key"].append(k)
+            rows["etag"].append(e)
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, _CLAIMS_SCHEMA) as w:
+        w.write_table(pa.table(rows, schema=_CLAIMS_SCHEMA))
+    key = layout.claims_checkpoint_key(cfg.prefix, len(claims))
+    with contextlib.suppress(ObjectExists):
+        store.put_bytes(key, sink.getvalue().to_pybytes(), if_none_match=True)
+        log.info("ledger checkpoint %s: claims of %d batches", key, len(claims))
+    store.delete([k for k in older if k < key][:-(KEEP_CHECKPOINTS - 1) or None])
 
 
 def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: int) -> None:

@@ -15,6 +15,8 @@
     <prefix>/quarantine/batch=<id>/part-<nnnnn>-<run>.arrow           rejected rows + reasons
     <prefix>/ids/batch=<id>-<run>.arrow              published ids of a batch (duplicate check)
     <prefix>/batches/<id>.json                       ledger: a batch's sources and version
+    <prefix>/ledger/claims-<NNNNNNNNN>.arrow         ledger checkpoint: the claims of that
+                                                     many batches in one Arrow file
     <prefix>/staging/<run>/...                       work in progress of one ingest run
     <prefix>/reports/<run>/validation.json           validation results, also for failed runs
 
@@ -127,6 +129,14 @@ def batches_prefix(prefix: str) -> str:
 
 def batch_claim_key(prefix: str, batch_id: str) -> str:
     return f"{prefix}/batches/{batch_id}.json"
+
+
+def claims_checkpoint_prefix(prefix: str) -> str:
+    return f"{prefix}/ledger/claims-"
+
+
+def claims_checkpoint_key(prefix: str, batches: int) -> str:
+    return f"{claims_checkpoint_prefix(prefix)}{batches:09d}.arrow"
 
 
 def staging_prefix(prefix: str, run_id: str | None = None) -> str:
