@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from shardline.core.errors import ObjectExists, StoreError
+from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
 from shardline.core.manifest import now_iso
 from shardline.core.store import ObjectStore
 from shardline.trainer.checkpoint import (
@@ -117,11 +117,14 @@ class ModelRegistry:
         """Take the next free model number (retries past numbers taken concurrently)."""
         n = (self.numbers() or [0])[-1] + 1
         for _ in range(100):
+            body = json_bytes({"run": run_id, "at": now_iso()})
             try:
-                self.store.put_json(self.key(n, "claim.json"), {"run": run_id, "at": now_iso()},
-                                    if_none_match=True)
+                self.store.put_bytes(self.key(n, "claim.json"), body, if_none_match=True,
+                                     content_type="application/json")
                 return n
             except ObjectExists:
+                if self._is_own_write(self.key(n, "claim.json"), body):
+                    return n
                 n += 1
         raise StoreError(f"could not claim a model number under s3://{self.store.bucket}/"
                          f"{self.prefix}/ after 100 tries; is another job looping?")
@@ -130,9 +133,22 @@ class ModelRegistry:
         """Write a claimed model; meta.json last. Returns the folder's s3:// URI."""
         self.store.put_bytes(self.key(number, "weights.safetensors"), weights)
         self.store.put_bytes(self.key(number, "optimizer.safetensors"), optimizer)
-        self.store.put_bytes(self.key(number, "meta.json"), json_bytes(meta),
-                             if_none_match=True, content_type="application/json")
+        key, body = self.key(number, "meta.json"), json_bytes(meta)
+        try:
+            self.store.put_bytes(key, body, if_none_match=True, content_type="application/json")
+        except ObjectExists:
+            if not self._is_own_write(key, body):
+                raise
         return self.uri(number)
+
+    def _is_own_write(self, key: str, body: bytes) -> bool:
+        """A conditional PUT met an object (412): is it this call's own write, landed on an
+        attempt whose reply was lost (botocore retried it)? Bodies carry a run id or a
+        timestamp, so equal bytes mean the same writer."""
+        try:
+            return self.store.get_bytes(key) == body
+        except StoreError:
+            return False
 
     def promote(self, number: int, expected: Promoted | None, why: dict[str, Any]) -> None:
         """Point ``promoted.json`` at model ``number`` if it still is what ``expected`` saw.
@@ -141,12 +157,16 @@ class ModelRegistry:
             ObjectExists / ObjectChanged: another run moved the pointer first.
         """
         body = json_bytes({"version": number, "at": now_iso(), **why})
-        if expected is None:
-            self.store.put_bytes(self.pointer_key, body, if_none_match=True,
-                                 content_type="application/json")
-        else:
-            self.store.put_bytes(self.pointer_key, body, if_match=expected.etag,
-                                 content_type="application/json")
+        try:
+            if expected is None:
+                self.store.put_bytes(self.pointer_key, body, if_none_match=True,
+                                     content_type="application/json")
+            else:
+                self.store.put_bytes(self.pointer_key, body, if_match=expected.etag,
+                                     content_type="application/json")
+        except (ObjectExists, ObjectChanged):
+            if not self._is_own_write(self.pointer_key, body):   # a lost reply, not a race
+                raise
 
     # -- in-progress checkpoints ------------------------------------------------------------
     # One object per save (tensors, with the JSON state in the safetensors header), named by
