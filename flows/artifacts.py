@@ -3,16 +3,21 @@
 Builders are pure (data in, table rows or markdown out) so they are tested without a
 server; :func:`publish_ingest_artifacts` hands them to Prefect under stable keys per dataset
 (``<dataset>-versions``, ``<dataset>-validation``, ``<dataset>-quarantine``), so the UI's
-artifact page shows the latest of each and its history.
+artifact page shows the latest of each and its history. The quarantine artifact is markdown:
+the count per rule, then the first refused rows with a thumbnail of their image or a mark
+saying why there is none (:mod:`shardline.flows.quarantine_view`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardline.core.manifest import Manifest
 from shardline.tasks.validate import ValidationReport
+
+if TYPE_CHECKING:
+    from shardline.flows.quarantine_view import QuarantineSource
 
 
 def artifact_key(dataset: str, what: str) -> str:
@@ -82,10 +87,40 @@ def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
     return "\n".join(lines) + "\n"
 
 
+def quarantine_markdown(dataset: str, batch_id: str, by_rule: dict[str, int],
+                        examples: list[dict[str, Any]], rows_md: str = "") -> str:
+    """Counts per rule (with the first example of each), then the per-row table."""
+    from shardline.flows.quarantine_view import md
+
+    total = sum(by_rule.values())
+    lines = [f"# Quarantine of `{dataset}` batch `{batch_id}`: {total} row(s) refused", "",
+             "| rule | rows | example key | example row | example id |",
+             "|---|---|---|---|---|"]
+    for r in quarantine_rows(by_rule, examples):
+        lines.append(f"| {md(r['rule'])} | {r['rows']} | {md(r['example key'])} | "
+                     f"{r['example row']} | {md(r['example id'])} |")
+    return "\n".join(lines) + "\n" + (f"\n{rows_md}" if rows_md else "")
+
+
+def _rows_md(quarantine: QuarantineSource | None, total: int) -> str:
+    """The per-row table with thumbnails; a failure to read the shards costs the table,
+    never the run (the counts above it still show)."""
+    if quarantine is None or not quarantine.shards:
+        return ""
+    from shardline.flows import quarantine_view as qv
+
+    try:
+        return qv.rows_markdown(qv.previews(quarantine, qv.read_rows(quarantine)), total)
+    except Exception as exc:  # noqa: BLE001 - the artifact is a view; the run goes on
+        return f"*refused rows not shown: {qv.md(f'{type(exc).__name__}: {exc}')[:300]}*\n"
+
+
 def publish_ingest_artifacts(dataset: str, manifests: list[Manifest],
                              report: ValidationReport | None, batch_id: str | None,
-                             version: int | None, examples: list[dict[str, Any]]) -> None:
-    """Create the run's artifacts (call from inside a flow or task run)."""
+                             version: int | None, examples: list[dict[str, Any]],
+                             quarantine: QuarantineSource | None = None) -> None:
+    """Create the run's artifacts (call from inside a flow or task run). ``quarantine``
+    names the batch's quarantine shards for the per-row table with thumbnails."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
     if manifests:
@@ -95,10 +130,13 @@ def publish_ingest_artifacts(dataset: str, manifests: list[Manifest],
         create_markdown_artifact(validation_markdown(dataset, batch_id, report, version),
                                  key=artifact_key(dataset, "validation"),
                                  description=f"great-expectations results for batch {batch_id}")
-        rows = quarantine_rows(report.counts["by_rule"], examples)
-        if rows:
-            create_table_artifact(rows, key=artifact_key(dataset, "quarantine"),
-                                  description=f"Quarantined rows of batch {batch_id} by rule")
+        by_rule = report.counts["by_rule"]
+        if by_rule:
+            rows_md = _rows_md(quarantine, sum(by_rule.values()))
+            create_markdown_artifact(
+                quarantine_markdown(dataset, batch_id, by_rule, examples, rows_md),
+                key=artifact_key(dataset, "quarantine"),
+                description=f"Rows of batch {batch_id} refused, by rule, with thumbnails")
 
 
 # -- the model view (after each training run) -------------------------------------------------

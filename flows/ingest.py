@@ -39,6 +39,7 @@ from shardline.flows.ingest_tasks import (
     until_published,
     validate_stage,
 )
+from shardline.flows.quarantine_view import quarantine_source
 from shardline.flows.runs import label_run, short_id
 from shardline.flows.settings import store_settings
 from shardline.tasks.batch import Batch
@@ -104,7 +105,8 @@ def ingest(config: str | dict[str, Any]) -> dict[str, Any]:
         update_progress_artifact(progress, 75.0)
         if not report.success:
             publish_ingest_artifacts(cfg.name, [], report, batch.id, None,
-                                     conv.quarantine_examples())
+                                     conv.quarantine_examples(),
+                                     quarantine_source(cfg, store, conv.quarantine_shards))
         require_success(report, batch.id)   # a failed suite fails the run; nothing published
         return batch, conv, report, publish_stage(cfg, store, conv, report)
 
@@ -118,7 +120,8 @@ def ingest(config: str | dict[str, Any]) -> dict[str, Any]:
     batch, conv, report, pub = done
     update_progress_artifact(progress, 90.0)
     publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
-                             pub.version, conv.quarantine_examples())
+                             pub.version, conv.quarantine_examples(),
+                             quarantine_source(cfg, store, pub.quarantine_shards))
     if pub.created:
         emit_event(
             event=PUBLISHED_EVENT,
