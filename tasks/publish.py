@@ -80,13 +80,24 @@ def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:
         list(pool.map(lambda p: store.copy(p[0], p[1]), pairs))
 
 
-def _check_rebase(store: ObjectStore, conv: Converted, latest: Manifest | None) -> None:
+def _check_rebase(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
+                  latest: Manifest | None) -> None:
     """Ids were de-duplicated against ``conv.base_version``; batches published since then
-    must not share ids with this one."""
+    must share neither ids nor sources with this one (a source whose rows were all
+    quarantined has no id to collide on, but counting it twice breaks exactly-once)."""
     if latest is None or latest.version == conv.base_version:
         return
     base = conv.base_version
     newer = [b for b in latest.batches if base is None or b.version > base]
+    mine = {(s.key, s.etag) for s in conv.batch.sources}
+    for b in newer:
+        theirs = {(s.key, s.etag) for s in read_manifest(store, cfg.prefix, b.version).sources}
+        shared = sorted(k for k, _ in mine & theirs)
+        if shared:
+            raise PublishConflict(
+                f"batch {conv.batch.id}: {len(shared)} source(s) (e.g. {shared[0]}) were "
+                f"published concurrently by version {b.version} after this run detected them; "
+                "nothing was published. Re-run ingest: detect leaves them out now.")
     since = load_published_ids(store, newer)
     overlap = pc.is_in(conv.published_ids(), value_set=since)
     n = pc.sum(overlap).as_py() or 0
@@ -137,7 +148,7 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
             _drop_staging(store, cfg, conv.run_id)
             m = read_manifest(store, cfg.prefix, done.version)
             return _result(store, cfg, m, created=own)
-        _check_rebase(store, conv, latest)
+        _check_rebase(store, cfg, conv, latest)
         if not copied:
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])
             write_ids(store, ids_path, conv.published_ids())

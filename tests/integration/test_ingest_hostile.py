@@ -141,3 +141,42 @@ def test_conversion_failures_are_bisected_down_to_the_failing_source(store):
     assert "worker died" in aside[(x.key, x.etag)]
     nxt = detect(store, cfg)                               # y goes on without x
     assert nxt is not None and nxt.sources == (y,)
+
+
+def test_a_source_shared_by_racing_batches_is_counted_once(store, spark):
+    """Two ingests detected overlapping batches; the shared object's rows are all quarantined,
+    so no id collides. The later publish must still refuse (the object is in the earlier
+    version), and the next run publishes only what is left: every row exactly once."""
+    from shardline.core.errors import PublishConflict
+    from shardline.tasks.batch import Batch, batch_id
+
+    cfg = dataset_config()
+    bad = "\n".join(line(f"x{i}", "fish", digits(0, 1)[0].b64()) for i in range(2)) + "\n"
+    store.put_bytes(f"{IN}shared.jsonl", bad.encode())        # 2 rows, both unknown_label
+    good_a, good_b = digits(0, 10), digits(10, 20)
+    store.put_bytes(f"{IN}a.jsonl", jsonl_bytes(good_a))
+    store.put_bytes(f"{IN}b.jsonl", jsonl_bytes(good_b))
+    everything = detect(store, cfg)
+    assert everything is not None
+    by_key = {s.key: s for s in everything.sources}
+
+    def batch_of(*names: str) -> Batch:
+        srcs = tuple(by_key[f"{IN}{n}"] for n in names)
+        return Batch(batch_id(srcs), srcs)
+
+    convs = []
+    for b in (batch_of("a.jsonl", "shared.jsonl"), batch_of("b.jsonl", "shared.jsonl")):
+        conv = convert(store, cfg, spark, b, uuid.uuid4().hex[:12], None)   # both at base 0
+        report = validate(store, cfg, conv)
+        require_success(report, b.id)
+        convs.append((conv, report))
+    first = publish(store, cfg, *convs[0])
+    assert first.created and first.version == 1
+    with pytest.raises(PublishConflict, match="shared.jsonl"):
+        publish(store, cfg, *convs[1])
+    again = ingest_once(store, cfg, spark)                     # detect: b.jsonl alone
+    assert again is not None and again.created and again.version == 2
+    m = latest_manifest(store, cfg.prefix)
+    assert_exactly_once(store, m, [d.id for d in good_a + good_b],
+                        [("x0", "unknown_label"), ("x1", "unknown_label")])
+    assert detect(store, cfg) is None
