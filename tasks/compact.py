@@ -106,7 +106,8 @@ class _Outputs:
             part = self.parts[g.batch] = self.parts.get(g.batch, -1) + 1
             out.append(rewrite_bin(
                 self.store, self.cfg.prefix, inputs,
-                key=output_key(self.cfg.prefix, g.batch, part, self.run), schema=schema,
+                key=output_key(self.cfg.prefix, g.batch, part, self.run, inputs[0].split),
+                schema=schema,
                 compression=self.cfg.shards.compression,
                 record_batch_rows=self.cfg.shards.record_batch_rows))
         self.done[g.identity] = out

@@ -13,7 +13,9 @@ What the compaction version says, so that nothing downstream mistakes it for new
   0, ``new()`` empty);
 - every batch keeps its id, its ``version`` (the version that first published its rows),
   its id index (``ids_path``), its quarantine shards, sources and counts: only the batch
-  list (its shards) is new. The trainer decides "new" by a shard's batch version, so
+  list (its shards) is new. A shard keeps its ``split`` (train, holdout, or None for an
+  older mixed shard: never merged with another split) and the version keeps the dataset's
+  ``holdout_fraction``. The trainer decides "new" by a shard's batch version, so
   compacted rows stay replay rows; the duplicate check reads the same id files;
 - the references are written into a new checkpoint (all batches, compacted or not), the
   document carrying none after it; totals are recomputed from the references and must
@@ -158,7 +160,7 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
             counts={"rows_rewritten": rows_rewritten, "shards_in": replaced,
                     "shards_out": added, "batches": len(rewrites), "new_rows": 0}),
         quarantine=QuarantineSummary(rows=0, by_rule={}, total_rows=totals.quarantined),
-        totals=totals)
+        totals=totals, holdout_fraction=parent.holdout_fraction)
     return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
 
 

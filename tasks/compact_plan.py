@@ -3,11 +3,12 @@
 A shard is *small* when its bytes are under ``min_bytes``. Small shards are grouped by what
 must stay apart: their batch (a row keeps the batch, and so the version, it was first
 published in: the trainer's "new vs replay" and the id index are per batch), the fields
-that say what a shard is for (``split``, when the manifest has it: train rows never share a
-shard with held-out rows) and any partition value other than ``label`` (label partitioning
-is exactly what compaction undoes). A group becomes ``n`` shards of about ``target_bytes``
-(never more than ``max_rows`` rows each); a group that would not get fewer shards than it
-has is left alone, so re-planning a compacted dataset finds nothing to do.
+that say what a shard is for (``split``: train rows never share a shard with held-out rows,
+and older mixed shards, split None, only merge with each other) and any partition value
+other than ``label`` (label partitioning is exactly what compaction undoes). A group becomes
+``n`` shards of about ``target_bytes`` (never more than ``max_rows`` rows each); a group
+that would not get fewer shards than it has is left alone, so re-planning a compacted
+dataset finds nothing to do.
 """
 
 from __future__ import annotations
@@ -20,14 +21,14 @@ from shardline.core.manifest import Manifest
 from shardline.core.parts import ShardEntry
 
 # ShardEntry fields that say what a shard is for: shards that differ in one never merge,
-# and a merged shard carries the group's value (absent fields are skipped: older parts.py).
+# and a merged shard carries the group's value.
 GROUP_FIELDS = ("split",)
 MiB = 1024 * 1024
 
 
 def group_key(s: ShardEntry) -> tuple[tuple[str, str], ...]:
     """What a shard's group is keyed by, besides its batch."""
-    fields = [(f, str(getattr(s, f))) for f in GROUP_FIELDS if hasattr(s, f)]
+    fields = [(f, str(getattr(s, f))) for f in GROUP_FIELDS]
     parts = [(f"partition.{k}", v) for k, v in sorted(s.partition.items())
              if k not in ("label", "batch")]
     return tuple(fields + parts)

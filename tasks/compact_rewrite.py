@@ -72,7 +72,8 @@ def rewrite_bin(store: ObjectStore, prefix: str, inputs: list[ShardEntry], *, ke
     for s, t in zip(inputs, tables, strict=True):
         if not t.schema.equals(schema, check_metadata=False):
             raise StoreError(f"{s.path}: its schema {t.schema} is not the version's {schema}")
-    before = pa.concat_tables([t.replace_schema_metadata(schema.metadata) for t in tables])
+    meta = tables[0].schema.metadata         # the shards' own metadata is kept as it was
+    before = pa.concat_tables([t.replace_schema_metadata(meta) for t in tables])
     labels = before.column("label").to_numpy()
     order = np.argsort(labels, kind="stable")
     table = before.take(pa.array(order)) if not (np.diff(order) == 1).all() else before
@@ -84,7 +85,7 @@ def rewrite_bin(store: ObjectStore, prefix: str, inputs: list[ShardEntry], *, ke
     sha, xxh = content_digests(memoryview(buf))
     first = inputs[0]
     lab = written.column("label")
-    extra: dict[str, Any] = {f: getattr(first, f) for f in GROUP_FIELDS if hasattr(first, f)}
+    extra: dict[str, Any] = {f: getattr(first, f) for f in GROUP_FIELDS}
     stats = ({"label": {"min": int(labels.min()), "max": int(labels.max())}}
              if len(labels) else {})
     return ShardEntry(path=key, rows=written.num_rows, bytes=buf.size, sha256=sha,
@@ -94,8 +95,9 @@ def rewrite_bin(store: ObjectStore, prefix: str, inputs: list[ShardEntry], *, ke
                       label_counts=label_counts(lab), **extra)
 
 
-def output_key(prefix: str, batch: str, part: int, run: str) -> str:
-    """Where output ``part`` of ``batch`` goes (the batch's folder, no label level)."""
-    return layout.shard_key(prefix, batch, None, part, run)
+def output_key(prefix: str, batch: str, part: int, run: str, split: str | None) -> str:
+    """Where output ``part`` of ``batch`` goes (the batch's folder or its held-out folder,
+    no label level)."""
+    return layout.shard_key(prefix, batch, None, part, run, split)
 
 

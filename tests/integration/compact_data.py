@@ -9,10 +9,14 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from shardline.core import layout
-from shardline.core.config import DatasetConfig
-from shardline.core.manifest import Manifest, read_manifest
+from shardline.core.builder import NewBatch, build_version, commit_version
+from shardline.core.config import DatasetConfig, config_to_dict
+from shardline.core.idhash import holdout_mask, id_hash64
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.parts import HOLDOUT, TRAIN, ShardEntry, ValidationSummary, content_digests
+from shardline.core.schema import schema_info
 from shardline.core.store import ObjectStore
-from tests.integration.trainer_data import digits, publish_version
+from tests.integration.trainer_data import digits, ids_bytes, publish_version, shard_bytes
 
 BATCHES = 6
 ROWS = 250                    # rows per batch: ~25 per label shard, ~2-3 KB a shard
@@ -62,3 +66,38 @@ def as_format1(store: ObjectStore, prefix: str, versions: int) -> None:
     store.delete(layout.version_key(prefix, v) for v in docs)
     for v, doc in docs.items():
         store.put_json(layout.version_key(prefix, v), doc)
+
+
+def publish_split(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray,
+                  fraction: float = 0.2) -> Manifest:
+    """One version whose batch has a train and a held-out shard per label (as ingest writes
+    a materialised split, label-partitioned), recording ``fraction``."""
+    ids, labels, _ = digits()
+    parent = latest_manifest(store, cfg.prefix)
+    version = 1 if parent is None else parent.version + 1
+    batch, run = f"split{version:04d}", f"run{version}"
+    held = holdout_mask(id_hash64(pa.array([ids[i] for i in rows])), fraction)
+    shards = []
+    for label in sorted(set(labels[rows].tolist())):
+        for split, mask in ((TRAIN, ~held), (HOLDOUT, held)):
+            part = np.sort(rows[mask & (labels[rows] == label)])
+            if not len(part):
+                continue
+            data = shard_bytes(cfg, part, cfg.shards.compression)
+            key = layout.shard_key(cfg.prefix, batch, int(label), 0, run, split)
+            store.put_bytes(key, data)
+            sha, xxh = content_digests(data)
+            shards.append(ShardEntry(
+                path=key, rows=len(part), bytes=len(data), sha256=sha, xxh3_128=xxh,
+                batch=batch, partition={"batch": batch, "label": str(label)},
+                stats={"label": {"min": int(label), "max": int(label)}},
+                compression=cfg.shards.compression, label_counts={str(label): len(part)},
+                split=split))
+    ids_path = layout.ids_key(cfg.prefix, batch, run)
+    store.put_bytes(ids_path, ids_bytes(rows))
+    draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema_info(cfg),
+                          config=config_to_dict(cfg), parent=parent,
+                          batch=NewBatch(id=batch, run=run, shards=shards, ids_path=ids_path),
+                          validation=ValidationSummary(success=True),
+                          holdout_fraction=fraction)
+    return commit_version(store, draft)

@@ -235,3 +235,35 @@ def test_layout_keys(store) -> None:
     r = compact(store, CFG, target_mb=1.0, run_id="compactTEST")
     assert r.outputs == [layout.shard_key(CFG.prefix, ms[0].batches[0].id, None, 0,
                                           "compactTEST")]
+
+
+def test_train_and_holdout_shards_never_merge(store) -> None:
+    from shardline.core.idhash import holdout_mask as held_out
+    from tests.integration.compact_data import publish_split
+
+    publish_small(store, CFG, batches=1)                        # older mixed shards
+    for i in (1, 2):
+        publish_split(store, CFG, np.arange(i * ROWS, (i + 1) * ROWS), fraction=0.2)
+    before = read_manifest(store, CFG.prefix, 3)
+    r = compact(store, CFG, target_mb=1.0)
+    m = read_manifest(store, CFG.prefix, r.version)
+    assert m.holdout_fraction == before.holdout_fraction == 0.2
+    # per batch: one mixed shard (batch 1), or one train and one held-out shard
+    assert sorted((s.batch, str(s.split)) for s in m.shards) == sorted(
+        [(m.batches[0].id, "None")] + [(b.id, sp) for b in m.batches[1:]
+                                       for sp in ("train", "holdout")])
+    assert rows_of(store, m).equals(rows_of(store, before))
+    for s in m.shards:
+        t = pa.ipc.open_file(pa.BufferReader(store.get_bytes(s.path))).read_all()
+        mask = held_out(id_hash64(t.column("id")), 0.2)
+        if s.split == "holdout":
+            assert mask.all() and "/split=holdout/" in s.path
+        elif s.split == "train":
+            assert not mask.any()
+    # the trainer's view: the same train rows are new for a model of version 1
+    p_new = make_plan(m, 1, replay_ratio=0.5, holdout_fraction=None, seed=0)
+    p_old = make_plan(before, 1, replay_ratio=0.5, holdout_fraction=None, seed=0)
+    def new_train(p) -> int:
+        return sum(s.entry.rows for s in p.shards if s.role == "new" and
+                   s.entry.split != "holdout")
+    assert new_train(p_new) == new_train(p_old) > 0
