@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,31 @@ def _print_status(st: dict[str, Any]) -> None:
         out.print(f"  {label:<14} {escape(str(value))}", soft_wrap=True)
 
 
+def bin_dir() -> Path:
+    """The folder of the interpreter running this command (a venv's ``bin``), not resolved:
+    a venv's python is a link to the base interpreter, whose folder has no ``shardline``."""
+    return Path(sys.executable).absolute().parent
+
+
+def command_path() -> str:
+    """How to call ``shardline`` from any shell: the script beside the interpreter when it is
+    there (a venv, active or not), else the bare name."""
+    script = bin_dir() / "shardline"
+    return str(script) if script.is_file() else "shardline"
+
+
+def env_exports(env: dict[str, str], home: Path) -> str:
+    """``export`` lines that work in a shell where no venv is active: absolute paths only
+    (the venv's ``bin`` first on ``PATH``, so ``shardline`` and ``prefect`` resolve to this
+    installation), the stack's endpoints and keys, and its home folder."""
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    lines.append(f"export SHARDLINE_HOME={shlex.quote(str(home))}")
+    if sys.prefix != sys.base_prefix:
+        lines.append(f"export VIRTUAL_ENV={shlex.quote(sys.prefix)}")
+    lines.append(f'export PATH={shlex.quote(str(bin_dir()))}:"$PATH"')
+    return "\n".join(lines)
+
+
 def _fail(exc: Exception) -> None:
     fail(exc)
 
@@ -131,7 +157,8 @@ def up(home: Path | None = HomeOpt, s3_port: int | None = S3PortOpt,
     if deploy:
         _deploy(result.state, config)
     _print_status(stack.status(cfg.home))
-    out.print(f"clients: eval \"$(shardline status --env --home {shlex.quote(str(cfg.home))})\"")
+    out.print(f"clients: eval \"$({shlex.quote(command_path())} status --env --home "
+              f"{shlex.quote(str(cfg.home))})\"", soft_wrap=True, markup=False)
 
 
 def _deploy(state: StackState, config: Path) -> None:
@@ -187,8 +214,11 @@ def status(home: Path | None = HomeOpt, as_json: bool = JsonOpt,
         print(json.dumps(st))
     elif as_env:
         state = stack.running_stack(where)
-        for k, v in (stack_env(state) if state else {}).items():
-            print(f"export {k}={shlex.quote(v)}")
+        if state is not None:
+            print(env_exports(stack_env(state), where))
+        else:
+            err.print(escape(f"no running stack in {where}; nothing exported "
+                             "(`shardline up` starts one)"), soft_wrap=True)
     elif not st["services"]:
         out.print(f"no stack in {where} (`shardline up` starts one)")
     else:
