@@ -329,7 +329,15 @@ class ObjectStore:
     # -- other clients on the same settings --------------------------------------------
     def s3fs_options(self) -> dict[str, Any]:
         """``storage_options`` for fsspec/s3fs (zarr, pandas) on the same endpoint."""
-        opts: dict[str, Any] = {"client_kwargs": {"region_name": self.settings.region}}
+        st = self.settings
+        # the store's own retry policy and timeouts (botocore standard mode, max_attempts),
+        # not s3fs's defaults; s3fs's wrapper still retries what botocore does not (payloads)
+        opts: dict[str, Any] = {
+            "client_kwargs": {"region_name": st.region},
+            "config_kwargs": {"retries": {"mode": "standard", "max_attempts": st.max_attempts},
+                              "connect_timeout": st.connect_timeout_s,
+                              "read_timeout": st.read_timeout_s},
+        }
         if self.settings.endpoint_url:
             opts["endpoint_url"] = self.settings.endpoint_url
         if self.settings.access_key:

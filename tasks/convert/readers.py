@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import ObjectChanged, StoreError
+from shardline.core.errors import ObjectChanged, StoreError, TransientStoreError
 from shardline.core.json_depth import json_depth_exceeds
 from shardline.core.ranged import RangedObject
 from shardline.core.store import ObjectStore
@@ -273,6 +273,18 @@ def read_image_file(data: bytes, src: Source, cfg: DatasetConfig
     yield Record(0, stem, label, data)
 
 
+def _raise_if_environment(exc: BaseException, store: ObjectStore, src: Source) -> None:
+    """s3fs (which Zarr reads through) turns S3 errors into ``OSError``s once its retries
+    are spent: a 5xx or a dropped connection is the environment's, not the group's, so it
+    fails the task as transient (retried, never a quarantine row or a strike). A missing
+    key (``FileNotFoundError``, also zarr's not-found errors) or a refusal is the group's."""
+    if isinstance(exc, OSError) and not isinstance(
+            exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
+        raise TransientStoreError(
+            f"reading the Zarr group s3://{store.bucket}/{src.key} failed: "
+            f"{type(exc).__name__}: {exc} (retrying may help)") from exc
+
+
 def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
               ) -> Iterator[Record | Problem]:
     """A Zarr group with ``images`` (N, H, W, C) uint8, ``labels`` (N,), optional ``ids``.
@@ -290,6 +302,7 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
                 and (ids is None or isinstance(ids, zarr.Array))):
             raise TypeError("'images', 'labels' and 'ids' must be arrays, not groups")
     except Exception as exc:  # zarr raises many types for a broken group; all mean the same
+        _raise_if_environment(exc, store, src)
         raise Unreadable("unreadable_object",
                          f"not a readable Zarr group with 'images' and 'labels' arrays: "
                          f"{type(exc).__name__}: {exc}") from exc
@@ -302,9 +315,13 @@ def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
     stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
     for start in range(0, n, ZARR_CHUNK_ROWS):
         stop = min(n, start + ZARR_CHUNK_ROWS)
-        lab = np.asarray(labels[start:stop])
-        idv = np.asarray(ids[start:stop]) if ids is not None else None
-        pix = None if bad_layout else np.asarray(images[start:stop])
+        try:
+            lab = np.asarray(labels[start:stop])
+            idv = np.asarray(ids[start:stop]) if ids is not None else None
+            pix = None if bad_layout else np.asarray(images[start:stop])
+        except OSError as exc:
+            _raise_if_environment(exc, store, src)
+            raise
         for j in range(stop - start):
             i = start + j
             rid = (idv[j].item() if hasattr(idv[j], "item") else idv[j]) if idv is not None \

@@ -51,6 +51,7 @@ class FaultProxy:
         self.p, self.p_after = p, p_after
         self._rng = random.Random(seed)
         self._lose_once: re.Pattern[str] | None = None
+        self._only: re.Pattern[str] | None = None     # faults only for matching requests
         self._lock = threading.Lock()
         self.counts = Counts()
         proxy = self
@@ -134,8 +135,9 @@ class FaultProxy:
             c.requests += 1
             x = self._rng.random()
             err = _ERRORS[self._rng.randrange(len(_ERRORS))]
-            before = x < self.p
-            after = not before and x < self.p + self.p_after
+            eligible = self._only is None or bool(self._only.search(request))
+            before = eligible and x < self.p
+            after = eligible and not before and x < self.p + self.p_after
             if self._lose_once is not None and self._lose_once.search(request):
                 self._lose_once, before, after, err = None, False, True, _ERRORS[1]
             if before:
@@ -154,9 +156,12 @@ class FaultProxy:
         with self._lock:
             self._lose_once = re.compile(pattern)
 
-    def set_rates(self, p: float, p_after: float = 0.0) -> None:
+    def set_rates(self, p: float, p_after: float = 0.0, only: str | None = None) -> None:
+        """Fault rates from now on; ``only``: a pattern on ``"METHOD /path?query"`` that
+        limits faults to the requests it matches (None: every request)."""
         with self._lock:
             self.p, self.p_after = p, p_after
+            self._only = re.compile(only) if only else None
 
     def start(self) -> FaultProxy:
         self._thread.start()
