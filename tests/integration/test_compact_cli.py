@@ -1,0 +1,62 @@
+"""``shardline compact`` as a user runs it (a subprocess, stdout a pipe) on a moto bucket:
+dry run, compaction, re-run, and a user error as one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from shardline.core.config import StoreSettings
+from shardline.core.manifest import list_versions, read_manifest
+from shardline.core.store import ObjectStore
+from tests.integration.compact_data import BATCHES, publish_small
+from tests.integration.trainer_data import config_toml, digits_config
+
+EXE = str(Path(sys.executable).parent / "shardline")
+
+
+def _env(settings: StoreSettings, tmp_path: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SHARDLINE_", "PREFECT_API", "AWS_"))}
+    return {**base, "SHARDLINE_HOME": str(tmp_path / "no-stack"),
+            "SHARDLINE_BUCKET": settings.bucket,
+            "SHARDLINE_S3_ENDPOINT_URL": str(settings.endpoint_url),
+            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "SHARDLINE_CHECK_TIMEOUT": "3"}
+
+
+def test_compact_command(store: ObjectStore, store_settings: StoreSettings,
+                         tmp_path: Path) -> None:
+    cfg = digits_config()
+    publish_small(store, cfg.dataset)
+    path = tmp_path / "dataset.toml"
+    path.write_text(config_toml(cfg))
+    env = _env(store_settings, tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([EXE, "compact", "-c", str(path), *args], env=env,
+                              capture_output=True, text=True, timeout=180)
+
+    dry = run("--target-mb", "1", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] and plan["version"] is None
+    assert (plan["shards_before"], plan["shards_after"]) == (BATCHES * 10, BATCHES)
+    assert list_versions(store, cfg.dataset.prefix) == list(range(1, BATCHES + 1))
+
+    done = run("--target-mb", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)
+    assert r["created"] and r["version"] == BATCHES + 1 and r["shards_after"] == BATCHES
+    assert read_manifest(store, cfg.dataset.prefix, BATCHES + 1).totals.shards == BATCHES
+
+    again = run("--target-mb", "1")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to compact" in again.stdout
+    assert list_versions(store, cfg.dataset.prefix)[-1] == BATCHES + 1
+
+    bad = run("--target-mb", "0")
+    assert bad.returncode == 1 and "error:" in bad.stderr and "Traceback" not in bad.stderr
