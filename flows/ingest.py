@@ -22,7 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
@@ -45,6 +45,7 @@ from shardline.flows.settings import store_settings
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.stage import Converted
 from shardline.tasks.publish import Published
+from shardline.tasks.settle import Settled, wait_until_quiet
 from shardline.tasks.validate import ValidationReport, require_success
 
 PUBLISHED_EVENT = "shardline.dataset.published"
@@ -78,9 +79,23 @@ def _run_id() -> str:
     return (str(rid) if rid else uuid.uuid4().hex)[:12].replace("-", "")
 
 
+@task(name="settle")
+def settle_stage(store: Any, prefix: str, quiet_s: float) -> Settled:
+    from shardline.core.store import ObjectStore
+
+    got = wait_until_quiet(ObjectStore(store), prefix, quiet_s)
+    get_run_logger().info("settle: waited %.2fs for %.1fs without uploads under %s (%s)",
+                          got.waited_s, quiet_s, prefix, got)
+    return got
+
+
 @flow(name="ingest", flow_run_name=_run_name, log_prints=True)
-def ingest(config: str | dict[str, Any]) -> dict[str, Any]:
-    """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict."""
+def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str, Any]:
+    """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict.
+
+    ``quiet_seconds`` > 0 (the upload-triggered deployment) first waits until nothing under
+    the prefix was written for that long, so a burst of uploads becomes one version
+    (``tasks/settle.py``)."""
     log = get_run_logger()
     config_, document = load_with_document(config)   # the event carries the document
     cfg = config_.dataset
@@ -91,6 +106,8 @@ def ingest(config: str | dict[str, Any]) -> dict[str, Any]:
     if not isinstance(progress, uuid.UUID):   # a coroutine only for an async caller
         raise TypeError(f"create_progress_artifact returned {type(progress).__name__}")
     sweep_stage(cfg, store, run_id)
+    if quiet_seconds > 0:
+        settle_stage(store, cfg.incoming, quiet_seconds)
 
     def attempt(i: int) -> tuple[Batch, Converted, ValidationReport, Published] | None:
         """One pass; a lost publish race (PublishConflict) starts another from detect, which

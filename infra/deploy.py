@@ -41,7 +41,8 @@ class DeploySpec:
     work_pool: str = "shardline-process"
     train_pool: str = "shardline-process"
     nightly_cron: str = "0 2 * * *"
-    debounce_seconds: int = 5
+    # the upload trigger fires at most once per this many seconds, the run due at the end
+    debounce_seconds: int = 1
 
 
 def _ensure_pool(client: Any, name: str) -> None:

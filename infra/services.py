@@ -176,6 +176,9 @@ def prefect_env(port: int, prefect_home: Path, db_url: str | None = None) -> dic
         # write logs) requests wait for the lock instead of failing after 5-10 s.
         PREFECT_SERVER_DATABASE_TIMEOUT="60",
         PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="60",
+        # a run queued behind a deployment's concurrency limit (ingest-on-upload allows one
+        # at a time) retries for the slot every second, not every 30
+        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="1",
         DO_NOT_TRACK="1",
     )
     return env

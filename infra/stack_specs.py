@@ -50,6 +50,13 @@ def _launch_spark(c: StackConfig, started: Started) -> services.Launch:
         extra_conf=spark_cluster.connect_conf(c.spark_workers))
 
 
+def _warm_spark(c: StackConfig, state: StackState) -> None:
+    """Run one tiny job through the Connect server in the background (not waited for), so
+    the first ingest does not pay Spark's first job (``flows/warm.py spark-warmup``)."""
+    procs.start([str(services.BIN / "python"), "-m", "shardline.flows.warm", "spark-warmup",
+                 state.services["spark"].url], c.log_dir / "warm.log", env=services.base_env())
+
+
 def _worker_spec(i: int) -> ServiceSpec:
     return ServiceSpec(f"spark-worker-{i}", lambda c, s: spark_cluster.launch_worker(
         i, s["spark-master"], c.log_dir, c.home / "spark" / "cluster"), None, 90.0,
@@ -67,14 +74,17 @@ def service_specs(cfg: StackConfig) -> tuple[ServiceSpec, ...]:
         specs.append(ServiceSpec("spark-master", lambda c, s: spark_cluster.launch_master(
             c.log_dir, c.home / "spark" / "cluster"), None, 90.0))
         specs.extend(_worker_spec(i) for i in range(1, cfg.spark_workers + 1))
-    specs.append(ServiceSpec("spark", _launch_spark, "spark", after=workers))
+    specs.append(ServiceSpec("spark", _launch_spark, "spark", after=workers,
+                             configure=_warm_spark))
     if db:  # after Spark: its initdb runs while the JVMs boot
         specs.append(ServiceSpec("postgres", lambda c, s: postgres.launch_postgres(
             _database(c, s), c.log_dir), None, 60.0))
     specs += [
         ServiceSpec("prefect", _launch_prefect, "prefect", after=db),
+        # imports the flows once (~5 s CPU) while the rest boots; stopped after the worker
+        ServiceSpec("warm", lambda c, s: worker.launch_warm(c), None, 120.0),
         ServiceSpec("worker", lambda c, s: worker.launch_worker(c), None, 90.0,
-                    after=("s3", "prefect", "spark")),
+                    after=("s3", "prefect", "spark", "warm")),
         ServiceSpec(events_service.NAME, lambda c, s: events_service.launch(c), None, 30.0,
                     after=("s3", "prefect"), configure=events_service.configure),
     ]

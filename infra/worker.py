@@ -8,6 +8,7 @@ deployments (see ``tasks/settings.py``), as they would in production.
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from pathlib import Path
 
@@ -24,7 +25,8 @@ def worker_env(cfg: StackConfig) -> dict[str, str]:
         PREFECT_API_URL=f"http://127.0.0.1:{cfg.ports['prefect']}/api",
         PREFECT_HOME=str(cfg.home / "worker"),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_WORKER_QUERY_SECONDS="2",
+        # a run due now waits for the next poll: half a second at most (one small query)
+        PREFECT_WORKER_QUERY_SECONDS="0.5",
         PREFECT_WORKER_HEARTBEAT_SECONDS="5",
         SHARDLINE_HOME=str(cfg.home),
         SHARDLINE_S3_ENDPOINT_URL=f"http://127.0.0.1:{cfg.ports['s3']}",
@@ -32,8 +34,36 @@ def worker_env(cfg: StackConfig) -> dict[str, str]:
         SHARDLINE_SPARK_REMOTE=f"sc://127.0.0.1:{cfg.ports['spark']}",
         AWS_DEFAULT_REGION=REGION,
         GX_ANALYTICS_ENABLED="false",
+        # the deployments' command `python -m shardline.flows.warm` forks flow runs from the
+        # warm server (already imported Prefect, torch, great-expectations): this venv's python
+        PATH=os.pathsep.join([str(services.BIN), os.environ.get("PATH", "")]),
+        SHARDLINE_WARM_SOCKET=str(warm_socket(cfg)),
     )
     return env
+
+
+def warm_socket(cfg: StackConfig) -> Path:
+    """The warm flow-run server's socket (``flows/warm.py``); unix socket paths are short."""
+    path = cfg.home / "warm.sock"
+    if len(str(path)) < 100:
+        return path
+    import hashlib
+
+    return Path("/tmp") / f"shardline-warm-{hashlib.sha1(str(path).encode()).hexdigest()[:12]}.sock"
+
+
+def launch_warm(cfg: StackConfig) -> services.Launch:
+    """``python -m shardline.flows.warm serve``: imports the flows once, forks each run."""
+    log = cfg.log_dir / "warm.log"
+    env = worker_env(cfg)
+    sock = warm_socket(cfg)
+    sock.unlink(missing_ok=True)
+    cmd = [str(services.BIN / "python"), "-m", "shardline.flows.warm", "serve", "--socket",
+           str(sock)]
+    proc = procs.start(cmd, log, env=env, cwd=project_dir())
+    svc = services.Service("warm", proc.pid, None, f"unix:{sock}", str(log), None, "SIGTERM",
+                           procs.start_ticks(proc.pid))
+    return services.Launch(svc, proc, sock.exists)
 
 
 def _registered(api_url: str) -> bool:

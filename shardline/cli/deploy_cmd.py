@@ -17,8 +17,8 @@ def register(app: typer.Typer) -> None:
                                        "production (env SHARDLINE_TRAIN_POOL, default "
                                        "shardline-process)"),
         cron: str = typer.Option("0 2 * * *", help="nightly ingest schedule (UTC)"),
-        debounce: int = typer.Option(5, help="seconds a burst of uploads is gathered into "
-                                             "one ingest run"),
+        debounce: int = typer.Option(1, help="seconds the upload trigger waits before the "
+                                             "ingest run is due (at most one run per window)"),
     ) -> None:
         """Create pools, the AwsCredentials block and the training concurrency limit, then
         `prefect deploy --all` (PREFECT_API_URL, or the embedded stack's server)."""
