@@ -67,7 +67,7 @@ def _convert(quick: bool) -> dict[str, Any]:
 
 
 def _pipeline(quick: bool, rounds: int | None = None, drop_mb: float = 10.0,
-              debounce: int = 5) -> dict[str, Any]:
+              debounce: int = 1) -> dict[str, Any]:
     from bench import pipeline
     from bench.common import write_result
 
@@ -114,8 +114,8 @@ def register(app: typer.Typer) -> None:
                      rounds: int = typer.Option(None, "--rounds", help="uploads, one after "
                                                 "another (default 3, 2 with --quick)"),
                      drop_mb: float = typer.Option(10.0, "--drop-mb", help="size of each drop"),
-                     debounce: int = typer.Option(5, "--debounce", help="seconds the ingest "
-                                                  "trigger waits (prefect.yaml's default: 5)"),
+                     debounce: int = typer.Option(1, "--debounce", help="seconds the ingest "
+                                                  "trigger waits (shardline deploy's default: 1)"),
                      ) -> None:
         """Upload -> event -> version -> training started on the embedded stack, per hop."""
         _bench_path()
