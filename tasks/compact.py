@@ -20,9 +20,13 @@ as committed. Re-running on a compacted dataset plans nothing and publishes noth
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +44,9 @@ from shardline.tasks.compact_plan import CompactionPlan, Group, MiB, plan
 from shardline.tasks.compact_rewrite import output_key, rewrite_bin
 
 log = logging.getLogger(__name__)
+
+WORKERS = 4                # bins rewritten at once
+IN_FLIGHT_TARGETS = 2      # input bytes in flight, in target sizes
 
 
 @dataclass(frozen=True)
@@ -90,37 +97,79 @@ def _schema(cfg: DatasetConfig, m: Manifest) -> pa.Schema:
     return schema
 
 
+class _Budget:
+    """Bytes in flight: ``hold(n)`` waits until ``n`` more fit (or nothing is held)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.used = limit, 0
+        self.cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, n: int) -> Iterator[None]:
+        with self.cond:
+            self.cond.wait_for(lambda: self.used == 0 or self.used + n <= self.limit)
+            self.used += n
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.used -= n
+                self.cond.notify_all()
+
+
 class _Outputs:
     """Output shards written by this run, by group identity (kept across retries)."""
 
-    def __init__(self, store: ObjectStore, cfg: DatasetConfig, run: str):
-        self.store, self.cfg, self.run = store, cfg, run
+    def __init__(self, store: ObjectStore, cfg: DatasetConfig, run: str, target_bytes: int):
+        self.store, self.cfg, self.run, self.target_bytes = store, cfg, run, target_bytes
         self.done: dict[tuple[str, tuple[str, ...]], list[ShardEntry]] = {}
         self.parts: dict[str, int] = {}
 
-    def for_group(self, g: Group, schema: pa.Schema) -> list[ShardEntry]:
-        if g.identity in self.done:
-            return self.done[g.identity]
-        out = []
-        for inputs in g.bins:
-            part = self.parts[g.batch] = self.parts.get(g.batch, -1) + 1
-            out.append(rewrite_bin(
-                self.store, self.cfg.prefix, inputs,
-                key=output_key(self.cfg.prefix, g.batch, part, self.run, inputs[0].split),
-                schema=schema,
-                compression=self.cfg.shards.compression,
-                record_batch_rows=self.cfg.shards.record_batch_rows))
-        self.done[g.identity] = out
-        return out
+    def for_groups(self, groups: list[Group], schema: pa.Schema) -> None:
+        """Rewrite the bins of every group not rewritten yet: up to ``WORKERS`` at a time,
+        with at most ``IN_FLIGHT_TARGETS`` target sizes of input in flight (one bin always
+        runs), so memory stays bounded by the target, not by the plan."""
+        jobs: list[tuple[Group, int, list[ShardEntry], str]] = []
+        for g in groups:
+            if g.identity in self.done:
+                continue
+            for i, inputs in enumerate(g.bins):
+                part = self.parts[g.batch] = self.parts.get(g.batch, -1) + 1
+                jobs.append((g, i, inputs, output_key(self.cfg.prefix, g.batch, part, self.run,
+                                                      inputs[0].split)))
+        budget = _Budget(IN_FLIGHT_TARGETS * self.target_bytes)
+
+        def one(job: tuple[Group, int, list[ShardEntry], str]) -> ShardEntry:
+            nbytes = sum(s.bytes for s in job[2])
+            with budget.hold(nbytes):
+                return rewrite_bin(self.store, self.cfg.prefix, job[2], key=job[3],
+                                   schema=schema, compression=self.cfg.shards.compression,
+                                   record_batch_rows=self.cfg.shards.record_batch_rows)
+
+        try:
+            with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+                written = list(pool.map(one, jobs))
+        except BaseException:
+            self.store.delete(j[3] for j in jobs)    # what did get written: no version names it
+            raise
+        by_group: dict[tuple[str, tuple[str, ...]], dict[int, ShardEntry]] = {}
+        for (g, i, _, _), entry in zip(jobs, written, strict=True):
+            by_group.setdefault(g.identity, {})[i] = entry
+        for ident, got in by_group.items():
+            self.done[ident] = [got[i] for i in sorted(got)]
+
+    def outputs(self, g: Group) -> list[ShardEntry]:
+        return self.done[g.identity]
 
     def unused(self, used: set[str]) -> list[str]:
         return [s.path for out in self.done.values() for s in out if s.path not in used]
 
 
 def _rewrites(p: CompactionPlan, outs: _Outputs, schema: pa.Schema) -> dict[str, Rewrite]:
+    outs.for_groups(p.groups, schema)
     by_batch: dict[str, Rewrite] = {}
     for g in p.groups:
-        got = outs.for_group(g, schema)
+        got = outs.outputs(g)
         rw = by_batch.get(g.batch)
         by_batch[g.batch] = Rewrite(g.batch, (rw.replaced if rw else []) + g.inputs,
                                     (rw.outputs if rw else []) + got)
@@ -140,7 +189,7 @@ def compact(store: ObjectStore, cfg: DatasetConfig, *, min_mb: float | None = No
     t0 = time.perf_counter()
     min_b, target_b = sizes(cfg, min_mb, target_mb)
     run = run_id or f"compact{uuid.uuid4().hex[:8]}"
-    outs = _Outputs(store, cfg, run)
+    outs = _Outputs(store, cfg, run, target_b)
     for attempt in range(1, max_attempts + 1):
         latest = latest_manifest(store, cfg.prefix)
         if latest is None:
