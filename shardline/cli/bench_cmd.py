@@ -5,6 +5,7 @@
     shardline bench pipeline [--rounds N] [--json] upload -> version -> training started
     shardline bench gpu     [--json]              GPU feed (CPU run without CUDA)
     shardline bench learning                      learning quality (bench/learning.py)
+    shardline bench scale   [--quick] [--json]    stage costs vs history and new data
     shardline bench all     [--quick] [--json]    the above but learning, then the report
 
 Results go to ``bench/results/*.json``; ``all`` without ``--quick`` also rewrites
@@ -85,6 +86,19 @@ def _gpu(quick: bool) -> dict[str, Any]:
     return r
 
 
+def _scale(quick: bool, report: bool) -> dict[str, Any]:
+    from bench import scale
+    from bench.common import write_result
+
+    r = scale.run(quick)
+    write_result("scale-quick" if quick else "scale", r)
+    if report:
+        from bench import scale_report
+
+        r["report"] = str(scale_report.write_section(r))
+    return r
+
+
 def register(app: typer.Typer) -> None:
     bench = typer.Typer(no_args_is_help=True, help="Benchmarks (bench/): loader, convert, "
                         "gpu, learning, all; results in bench/results/.")
@@ -143,6 +157,19 @@ def register(app: typer.Typer) -> None:
         from bench import learning
 
         raise typer.Exit(learning.main(list(ctx.args)))
+
+    @bench.command("scale")
+    def scale_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt,
+                  report: bool = typer.Option(None, "--report/--no-report", help="rewrite the "
+                                              "scale section of docs/benchmarks.md and its "
+                                              "plots (default: without --quick only)"),
+                  ) -> None:
+        """Each stage's time, CPU, peak memory and object-store traffic as the history
+        (versions) and the new data (rows, classes) grow; slopes and O(new)/O(history)."""
+        _bench_path()
+        from bench.scale_report import print_tables
+
+        _emit(_scale(quick, (not quick) if report is None else report), as_json, print_tables)
 
     @bench.command("all")
     def all_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
