@@ -29,13 +29,15 @@ from pydantic.json_schema import SkipJsonSchema
 
 from shardline.core.config_errors import describe_validation_error
 from shardline.core.errors import ConfigError
-from shardline.core.idhash import HOLDOUT_FRACTION
 from shardline.core.settings import RuntimeEnv, SparkSettings, StoreSettings, read_env
 
 PARTITION_KEYS = ("batch", "label")
 # The trainer's model names (shardline.trainer.model.MODELS; a test keeps the two equal).
 # Checked here so a typo fails when the file is loaded, not after a dataset is ingested.
 MODEL_NAMES = ("cnn", "resnet")
+# Share of rows (by id hash, ``core.idhash``) held out for evaluation: [dataset]
+# holdout_fraction, fixed at ingest; [train] holdout_fraction defaults to the same value.
+HOLDOUT_FRACTION = 0.15
 
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]     # strict float still takes a TOML integer

@@ -22,9 +22,8 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from shardline.core.config import HOLDOUT_FRACTION
 from shardline.core.errors import ShardlineError
-
-HOLDOUT_FRACTION = 0.15       # the default of [dataset] / [train] holdout_fraction
 
 K = np.uint64(0x100000001B3)          # FNV-64 prime: odd, so powers never vanish mod 2**64
 K_LEN = np.uint64(0x9E3779B97F4A7C15)
