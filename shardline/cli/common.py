@@ -38,13 +38,30 @@ def use_stack_env() -> dict[str, str] | None:
     return env
 
 
-def prepare() -> None:
-    """Quiet third-party noise and pick up the embedded stack's endpoints."""
+def quiet_dependencies() -> None:
+    """What the command line (and only it: never library code) does about dependencies'
+    noise, before any command runs. Variables a user set win.
+
+    - ``GRPC_VERBOSITY=ERROR``: gRPC core (the Spark Connect client) logs at INFO
+      "Other threads are currently calling into gRPC, skipping fork() handlers" on every
+      ``fork()`` while a Spark Connect call is in flight; read when gRPC starts, so set
+      before pyspark is imported. Fork support itself stays as it is (the stack's processes
+      inherit this environment and the warm flow-run server forks children that use gRPC).
+    - warnings filters: PySpark's FutureWarning about pandas 3 and DeprecationWarnings of
+      dependencies (Python shows those only in ``__main__``'s code by default, but
+      ``python -m shardline.cli.main`` is ``__main__``).
+    - Prefect and great-expectations analytics off (no network here; each would log errors).
+    """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")          # gRPC fork notices
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?$")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def prepare() -> None:
+    """Quiet third-party noise and pick up the embedded stack's endpoints."""
+    quiet_dependencies()
     use_stack_env()
 
 

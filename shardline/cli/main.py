@@ -27,6 +27,7 @@ from shardline.cli.common import (
     check_ingest,
     prepare,
     print_ingest,
+    quiet_dependencies,
     run_ingest,
     use_stack_env,
 )
@@ -40,6 +41,7 @@ class _App(typer.Typer):
     """Typer, but an error that escapes a command prints one line, not a traceback."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        quiet_dependencies()   # every command, before anything imports pyspark or gRPC
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # the last line of defence: one line, exit 1
