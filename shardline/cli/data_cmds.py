@@ -40,10 +40,11 @@ def _open(config: str, version: int | None) -> Any:
 
 def models(config: str = ConfigOpt, model: str | None = ModelOpt,
            as_json: bool = JsonOpt) -> None:
-    """Every model in the registry: dataset version, held-out accuracy (overall, on the
-    run's new data, on earlier data), gate decision, and which one is promoted."""
+    """The model history: every candidate, promoted or refused, with its dataset version,
+    held-out accuracy (overall, on the run's new data, on earlier data), the gate's decision
+    and reason, and which one is live (promoted: live / earlier / no)."""
     prepare()
-    from shardline.api.models import model_rows
+    from shardline.api.models import model_history
     from shardline.cli import preflight
 
     try:
@@ -51,16 +52,18 @@ def models(config: str = ConfigOpt, model: str | None = ModelOpt,
         store = _store()
         preflight.s3(store.settings)
         arch = model or cfg.train.model
-        table = model_rows(store, cfg.dataset.name, arch)
+        hist = model_history(store, cfg.dataset.name, arch)
     except ShardlineError as exc:
         fail(exc, as_json)
     if as_json:
-        emit_json({"dataset": cfg.dataset.name, "model": arch, "models": table})
+        emit_json({"dataset": cfg.dataset.name, "model": arch, **hist})
         return
     cols = ["model", "status", "dataset_version", "parent", "accuracy", "accuracy_new",
-            "accuracy_earlier", "gate", "promoted", "created"]
-    rows([{**r, "promoted": "yes" if r["promoted"] else ""} for r in table],
-         title=f"{cfg.dataset.name} / {arch} models (s3://{store.bucket}/models/"
+            "accuracy_earlier", "gate", "promoted", "created", "reason"]
+    live = hist["live"]
+    rows([{**r, "promoted": r["promotion"]} for r in reversed(hist["models"])],
+         title=f"{cfg.dataset.name} / {arch} models, latest first (live: "
+               f"{'none' if live is None else f'model {live}'}; s3://{store.bucket}/models/"
                f"{cfg.dataset.name}/{arch}/)", columns=cols,
          empty=f"no {arch} models of {cfg.dataset.name} yet; run `shardline train -c {config}`")
 

@@ -161,4 +161,4 @@ def test_models_lists_the_registry_and_the_promoted_model(
     r = run(env, "models", "-c", str(config))
     header, row = r.stdout.splitlines()
     fields = dict(zip(header.split("\t"), row.split("\t"), strict=True))
-    assert fields["promoted"] == "yes" and fields["dataset_version"] == "3"
+    assert fields["promoted"] == "live" and fields["dataset_version"] == "3"
