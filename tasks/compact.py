@@ -205,6 +205,12 @@ def compact(store: ObjectStore, cfg: DatasetConfig, *, min_mb: float | None = No
                                  time.perf_counter() - t0, attempt, deleted_unused=gone)
         rewrites = _rewrites(p, outs, _schema(cfg, latest))
         draft = build_compaction(cfg.prefix, latest, rewrites, run, rows_rewritten=p.rows)
+        if time.perf_counter() - t0 > 0.9 * cfg.sweep_after_minutes * 60:
+            # an ingest's sweep may already have taken the young-looking outputs as litter
+            store.delete(outs.unused(set()))
+            raise StoreError(f"compaction of {cfg.name} ran longer than 90% of "
+                             f"sweep_after_minutes ({cfg.sweep_after_minutes:g}); nothing "
+                             "was committed. Raise sweep_after_minutes for the run")
         try:
             m = commit_version(store, draft)
         except ObjectExists:

@@ -268,3 +268,14 @@ def test_train_and_holdout_shards_never_merge(store) -> None:
         return sum(s.entry.rows for s in p.shards if s.role == "new" and
                    s.entry.split != "holdout")
     assert new_train(p_new) == new_train(p_old) > 0
+
+
+def test_a_run_longer_than_the_grace_period_commits_nothing(store) -> None:
+    import dataclasses
+
+    publish_small(store, CFG, batches=1)
+    hasty = dataclasses.replace(CFG, sweep_after_minutes=0.0001)     # 6 ms
+    with pytest.raises(StoreError, match="sweep_after_minutes"):
+        compact(store, hasty, target_mb=1.0)
+    assert list_versions(store, CFG.prefix) == [1]
+    assert not {k for k in _keys(store, "shards/") if "compact" in k}
