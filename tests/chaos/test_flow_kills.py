@@ -1,0 +1,223 @@
+"""Kills and event faults on the embedded stack (issue 11, test plan): a real Prefect server
+(PostgreSQL), its process worker, the deployments from prefect.yaml, moto (S3 + SQS
+notifications), Spark Connect; the ingest and train flows run as the worker's subprocesses.
+
+- the flow-run process of an ingest is SIGKILLed mid-run: Prefect marks the run CRASHED and
+  the next run (the nightly deployment, run by hand) publishes every row exactly once;
+- the worker is SIGKILLed mid-ingest (its flow-run process lives on) and restarted: the run
+  finishes or crashes, and nothing is published twice;
+- upload events posted twice (same event id; a new id for the same object), out of order,
+  and one upload with no event at all: no duplicate version, and the nightly deployment
+  publishes what the events missed.
+
+After each case :mod:`tests.chaos.invariants` checks the dataset (and at the end the model
+registry). The stack is stopped by PID (``stack.down``) whatever happens. ``make chaos``
+only: the stack and its flow runs take minutes on a small machine.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shardline.core.config import StoreSettings, load_config
+from shardline.core.manifest import list_versions
+from shardline.core.store import ObjectStore
+from shardline.infra import demo_data, procs, stack
+from shardline.infra import worker as worker_mod
+from shardline.infra.deploy import DeploySpec, deploy
+from shardline.infra.stack_state import StackConfig, stack_env
+from tests.chaos.invariants import Expected, check_dataset, check_models
+from tests.integration.test_pipeline_e2e import TERMINAL, in_flight, runs, wait
+
+FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
+SEED = int(os.environ.get("SHARDLINE_SOAK_SEED", "11"))
+pytestmark = [pytest.mark.chaos,
+              pytest.mark.skipif(not FULL, reason="make chaos (SHARDLINE_CHAOS_FULL=1)")]
+
+
+@pytest.fixture(scope="module")
+def st(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("chaos-stack")
+    cfg_path = home / "chaos.toml"
+    cfg_path.write_text(Path("examples/digits.toml").read_text()
+                        .replace('name = "digits"', 'name = "chaos"')
+                        .replace('incoming = "incoming/digits/"', 'incoming = "incoming/chaos/"')
+                        .replace("epochs = 8", "epochs = 1"))
+    ports = {"s3": procs.free_port(), "prefect": procs.free_port(), "spark": procs.free_port()}
+    cfg = StackConfig.resolve(home=home, ports=ports, bucket="chaos-bucket")
+    try:
+        state = stack.up(cfg).state
+        env = stack_env(state)
+        store = ObjectStore(StoreSettings.from_env(env))
+        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url, debounce_seconds=3),
+               store.settings)
+        yield {"state": state, "stack_cfg": cfg, "env": env, "store": store,
+               "cfg": load_config(cfg_path), "api": state.prefect_api_url,
+               "expected": Expected(), "next": [0], "log": []}
+    finally:
+        stack.down(home, discard=True)
+
+
+def upload(st: dict[str, Any], name: str, n: int) -> str:
+    """``n`` new digits as JSONL under the incoming prefix; recorded as expected."""
+    start = st["next"][0]
+    st["next"][0] += n
+    items = demo_data.digits(start % 1500, start % 1500 + n, prefix=f"{name}-")
+    key = f"{st['cfg'].dataset.incoming}{name}/digits.jsonl"
+    st["store"].put_bytes(key, demo_data.jsonl_bytes(items))
+    st["expected"].add(key, {d.id for d in items})
+    return key
+
+
+def settle(st: dict[str, Any], timeout_s: float = 420) -> None:
+    """Wait until no ingest or train run is in flight (nightly runs hours ahead excluded)."""
+    api = st["api"]
+    time.sleep(5)            # a trigger's debounce window and the worker's poll
+    wait("no run in flight", lambda: not in_flight(api, "ingest") and
+         not in_flight(api, "train"), timeout_s)
+
+
+def nightly(st: dict[str, Any]) -> dict[str, Any]:
+    """Run the nightly ingest deployment now (as its schedule would) and wait for it."""
+    env = {**os.environ, **st["env"], "PREFECT_API_URL": st["api"]}
+    before = {r["id"] for r in runs(st["api"], "ingest")}
+    out = subprocess.run([str(Path(sys.executable).parent / "prefect"), "deployment", "run",
+                          "ingest/ingest-nightly"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    soon = datetime.now(UTC).timestamp() + 600
+
+    def done() -> list[dict[str, Any]]:
+        return [r for r in runs(st["api"], "ingest") if r["id"] not in before and
+                r["state_type"] in TERMINAL and
+                datetime.fromisoformat(r["expected_start_time"]).timestamp() < soon]
+    return wait("the nightly run", done, 420)[0]
+
+
+def running_ingest(st: dict[str, Any]) -> dict[str, Any]:
+    return wait("a running ingest", lambda: [r for r in runs(st["api"], "ingest")
+                                             if r["state_type"] == "RUNNING"], 300)[0]
+
+
+def flow_run_pid(run_id: str) -> int | None:
+    """The process whose environment names this flow run (the worker's subprocess)."""
+    needle = f"PREFECT__FLOW_RUN_ID={run_id}".encode()
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if needle in (p / "environ").read_bytes().split(b"\0"):
+                    return int(p.name)
+            except OSError:
+                continue
+    return None
+
+
+def state_of(st: dict[str, Any], run_id: str) -> str:
+    return str(httpx.get(f"{st['api']}/flow_runs/{run_id}", timeout=10).json()["state_type"])
+
+
+def check(st: dict[str, Any], what: str, **extra: Any) -> None:
+    ds = check_dataset(st["store"], st["cfg"].dataset, st["expected"])
+    row = {"case": what, "versions": ds.versions, "published": ds.published, **extra}
+    st["log"].append(row)
+    print("chaos-stack:", row)
+
+
+def test_a_killed_flow_run_process_crashes_the_run_and_the_next_run_publishes_once(st):
+    rng = random.Random(SEED)
+    upload(st, "k1", 400)
+    run = running_ingest(st)
+    time.sleep(rng.uniform(2.0, 10.0))
+    pid = wait("the flow run's process", lambda: flow_run_pid(run["id"]), 60)
+    os.kill(pid, signal.SIGKILL)
+    final = wait("the killed run's final state", lambda: (s := state_of(st, run["id"])) in
+                 TERMINAL and s, 180)
+    settle(st)
+    versions_before = list_versions(st["store"], st["cfg"].dataset.prefix)
+    follow = nightly(st)
+    settle(st)
+    check(st, "flow-run process SIGKILLed", killed_run_state=final,
+          versions_at_kill=versions_before, nightly=follow["state_type"])
+    assert final == "CRASHED", f"the killed run ended {final}, not CRASHED"
+    assert follow["state_type"] == "COMPLETED"
+
+
+def test_a_killed_worker_mid_ingest_publishes_once(st):
+    rng = random.Random(SEED + 1)
+    state, cfg = st["state"], st["stack_cfg"]
+    upload(st, "k2", 300)
+    run = running_ingest(st)
+    time.sleep(rng.uniform(1.0, 8.0))
+    old = state.services["worker"]
+    os.kill(old.pid, signal.SIGKILL)
+    launch = worker_mod.launch_worker(cfg)     # a new worker, recorded so down stops it
+    state.services["worker"] = launch.service
+    state.save()
+    wait("the new worker", lambda: launch.poll(120), 130)
+    final = wait("the run's final state", lambda: (s := state_of(st, run["id"])) in TERMINAL
+                 and s, 420)
+    settle(st)
+    follow = nightly(st)
+    settle(st)
+    check(st, "worker SIGKILLed mid-ingest", run_state=final, nightly=follow["state_type"])
+    assert final in ("COMPLETED", "CRASHED")
+    assert follow["state_type"] == "COMPLETED"
+
+
+def post_event(st: dict[str, Any], key: str, event_id: str) -> None:
+    store = st["store"]
+    info = store.head(key)
+    event = {"id": event_id, "occurred": datetime.now(UTC).isoformat(),
+             "event": "s3.object.created",
+             "resource": {"prefect.resource.id": f"s3://{store.bucket}/{key}"},
+             "payload": {"bucket": store.bucket, "key": key, "size": info.size,
+                         "etag": info.etag}}
+    assert httpx.post(f"{st['api']}/events", json=[event], timeout=10).status_code == 204
+
+
+def test_duplicate_reordered_and_dropped_events(st):
+    store, prefix = st["store"], st["cfg"].dataset.prefix
+    client = store.client
+    saved = client.get_bucket_notification_configuration(Bucket=store.bucket)
+    saved.pop("ResponseMetadata", None)
+    client.put_bucket_notification_configuration(Bucket=store.bucket,
+                                                 NotificationConfiguration={})
+    try:
+        v0 = list_versions(store, prefix)
+        a, b = upload(st, "e-a", 150), upload(st, "e-b", 150)
+        eid = str(uuid.uuid4())
+        post_event(st, b, eid)                  # b's event before a's: out of order
+        post_event(st, a, str(uuid.uuid4()))
+        post_event(st, b, eid)                  # the same event again (same id)
+        post_event(st, b, str(uuid.uuid4()))    # the same upload under a new event id
+        settle(st)
+        v1 = list_versions(store, prefix)
+        check(st, "events: out of order + duplicates", versions=v1)
+        assert len(v1) == len(v0) + 1, f"one version for one burst of events, got {v1}"
+        upload(st, "e-dropped", 120)            # its event is lost
+        time.sleep(8)
+        assert list_versions(store, prefix) == v1          # no event, no ingest
+    finally:
+        client.put_bucket_notification_configuration(Bucket=store.bucket,
+                                                     NotificationConfiguration=saved)
+    follow = nightly(st)
+    settle(st)
+    check(st, "event dropped, nightly run", nightly=follow["state_type"])
+    assert follow["state_type"] == "COMPLETED"
+    assert list_versions(store, prefix) == [*v1, v1[-1] + 1]
+    models = check_models(store, st["cfg"].dataset.name, st["cfg"].train.model)
+    print("chaos-stack: models", models, "ingest runs",
+          sorted((r["name"], r["state_type"]) for r in runs(st["api"], "ingest")))
