@@ -221,6 +221,8 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
             for fd in fds:
                 os.close(fd)
             children[pid] = conn
+            run = dict(req.get("env") or {}).get("PREFECT__FLOW_RUN_ID", "?")  # type: ignore[call-overload]
+            print(f"flow run {run}: forked pid {pid}", flush=True)
             with contextlib.suppress(OSError):
                 _send(conn, {"pid": pid})
         while children:
@@ -228,6 +230,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
             if pid == 0:
                 break
             done = children.pop(pid, None)
+            print(f"pid {pid} exited: {os.waitstatus_to_exitcode(status)}", flush=True)
             if done is not None:
                 with contextlib.suppress(OSError):
                     _send(done, {"code": os.waitstatus_to_exitcode(status)})

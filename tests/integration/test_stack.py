@@ -292,6 +292,10 @@ def _deployments_name_no_host_path_and_run(state: stack.StackState) -> None:
             break
         time.sleep(1)
     assert state_type == "COMPLETED", state_type  # nothing new: the flow ran and returned
+    # forked from the warm flow-run server (flows/warm.py), not started cold
+    assert all(d["job_variables"]["command"] == "python -m shardline.flows.warm" for d in deps)
+    assert f"flow run {run['id']}: forked pid" in (Path(state.home) / "logs" / "warm.log"
+                                                   ).read_text()
 
 
 def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks,
