@@ -101,3 +101,44 @@ def publish_split(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray,
                           validation=ValidationSummary(success=True),
                           holdout_fraction=fraction)
     return commit_version(store, draft)
+
+
+def as_format2(store: ObjectStore, prefix: str) -> None:
+    """Rewrite every version as format 2 wrote it: JSON batch lists under ``.json`` keys,
+    checkpoints and documents re-pointed and marked format 2."""
+    import json
+
+    from shardline.core.version_doc import BatchList, digest, encode
+
+    moved: dict[str, tuple[str, str]] = {}
+    for o in list(store.list(layout.batch_lists_prefix(prefix))):
+        if not o.key.endswith(".arrow"):
+            continue
+        bl = BatchList.from_bytes(store.get_bytes(o.key), o.key)
+        body = encode({**bl.to_dict(), "format": 2})
+        new = o.key[:-len(".arrow")] + ".json"
+        store.put_bytes(new, body)
+        store.delete([o.key])
+        moved[o.key] = (new, digest(body))
+
+    def repoint(refs: list[dict]) -> None:
+        for r in refs:
+            if r["key"] in moved:
+                r["key"], r["sha256"] = moved[r["key"]]
+
+    ck: dict[str, str] = {}
+    for o in list(store.list(layout.manifests_prefix(prefix))):
+        if "/checkpoint-" in o.key:
+            d = json.loads(store.get_bytes(o.key))
+            repoint(d["batch_lists"])
+            d["format"] = 2
+            body = encode(d)
+            store.put_bytes(o.key, body)
+            ck[o.key] = digest(body)
+    for o in list(store.list(layout.versions_prefix(prefix))):
+        d = json.loads(store.get_bytes(o.key))
+        repoint(d["batch_lists"])
+        if d.get("checkpoint"):
+            d["checkpoint"]["sha256"] = ck[d["checkpoint"]["key"]]
+        d["format"] = 2
+        store.put_bytes(o.key, encode(d))

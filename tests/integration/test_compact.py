@@ -180,6 +180,26 @@ def test_format1_dataset_is_fixed_in_place(store) -> None:
     assert sorted(rows_of(store, nxt).column("id").to_pylist()) == expected_ids(4)
 
 
+def test_format2_history_with_a_checkpoint_is_fixed_in_place(store) -> None:
+    from tests.integration.compact_data import as_format2
+
+    for i in range(12):                      # past CHECKPOINT_EVERY: v11 and v12 use one
+        publish_version(store, CFG, np.arange(i * 100, (i + 1) * 100))
+    as_format2(store, CFG.prefix)
+    legacy = read_manifest(store, CFG.prefix, 12)
+    assert legacy.format == 2 and legacy.doc is not None and legacy.doc.checkpoint
+    assert all(r.key.endswith(".json") for r in legacy.batch_lists)
+    rows_before = rows_of(store, legacy)
+    r = compact(store, CFG, target_mb=1.0)
+    m = read_manifest(store, CFG.prefix, r.version)
+    assert m.format == 3 and m.totals.shards == len(m.shards) == 12
+    assert rows_of(store, m).equals(rows_before)
+    assert all(ref.key.endswith(".arrow") for ref in m.batch_lists)
+    assert [b.version for b in m.batches] == list(range(1, 13))
+    nxt = publish_version(store, CFG, np.arange(1200, 1300))
+    assert nxt.totals.shards == 12 + 10 and nxt.totals.rows == 1300
+
+
 def test_a_racing_publish_is_not_lost(store, monkeypatch) -> None:
     publish_small(store, CFG, batches=2)
     real = commit_version
