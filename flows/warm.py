@@ -119,6 +119,26 @@ def _settings(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(_IMPORT_TIME)}
 
 
+def _code_stamp() -> dict[str, float]:
+    """mtime of every imported shardline module file: edited code (an editable install)
+    makes the warm copy stale."""
+    import shardline
+
+    roots = tuple(os.path.realpath(p) for p in shardline.__path__)
+    out: dict[str, float] = {}
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if path and os.path.realpath(path).startswith(roots):
+            try:
+                out[path] = os.stat(path).st_mtime
+            except OSError:
+                out[path] = -1.0
+    return out
+
+
+_STAMP: dict[str, float] = {}
+
+
 def _child(conn: socket.socket, req: dict[str, object], fds: list[int], engine: str) -> None:
     """In the forked child: become the flow-run process; never returns."""
     code = 1
@@ -132,9 +152,13 @@ def _child(conn: socket.socket, req: dict[str, object], fds: list[int], engine: 
         env = {str(k): str(v) for k, v in dict(req["env"]).items()}  # type: ignore[call-overload]
         argv = [str(a) for a in req["argv"]]  # type: ignore[attr-defined]
         os.chdir(str(req["cwd"]))
-        if _settings(env) != _settings(dict(os.environ)):
-            print("shardline.flows.warm: this run's Prefect settings differ from the warm "
-                  "server's; running it cold", file=sys.stderr, flush=True)
+        why = ("this run's Prefect settings differ from the warm server's"
+               if _settings(env) != _settings(dict(os.environ)) else
+               "shardline's code changed since the warm server imported it (restart the "
+               "stack to warm the new code)" if _code_stamp() != _STAMP else None)
+        if why:
+            print(f"shardline.flows.warm: {why}; running this flow run cold", file=sys.stderr,
+                  flush=True)
             os.execve(sys.executable, [sys.executable, "-m", "prefect.engine", *argv], env)
         os.environ.clear()
         os.environ.update(env)
@@ -184,6 +208,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
 
     for name in preload:
         importlib.import_module(name)
+    _STAMP.update(_code_stamp())
     if os.path.exists(path):
         os.unlink(path)
     lsock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -48,8 +48,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         state = stack.up(cfg).state
         env = stack_env(state)
         store = ObjectStore(StoreSettings.from_env(env))
-        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url, debounce_seconds=3),
-               store.settings)
+        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url), store.settings)
         yield {"state": state, "env": env, "store": store, "config": cfg_path,
                "cfg": load_config(cfg_path), "api": state.prefect_api_url, "home": home}
     finally:
@@ -180,6 +179,34 @@ def test_the_nightly_deployment_picks_up_what_events_missed(embedded: dict[str, 
     assert meta["parent_model_version"] == 1 and meta["dataset_version"] == 2
     print("\nnightly run:", json.dumps({"version": 2, "model": meta["model_version"],
                                          "gate": meta["gate"]}))
+
+
+def test_a_burst_longer_than_the_debounce_becomes_one_version(embedded: dict[str, Any]
+                                                              ) -> None:
+    """30 uploads over ~3 s: the 1 s debounce fires the trigger more than once, the first run
+    waits for the quiet period and ingests all 30, the others (one at a time) find nothing
+    new; nothing is published twice."""
+    store, api, cfg = embedded["store"], embedded["api"], embedded["cfg"]
+    wait("no ingest run in flight", lambda: not in_flight(api, "ingest"), 240)
+    before_runs = {r["id"] for r in runs(api, "ingest")}
+    before = list_versions(store, cfg.dataset.prefix)
+    for i in range(30):
+        store.put_bytes(f"{cfg.dataset.incoming}burst/part-{i:02d}.csv",
+                        demo_data.csv_bytes(demo_data.digits(900 + 10 * i, 910 + 10 * i)))
+        time.sleep(0.1)
+    wait("an ingest run after the burst", lambda: [
+        r for r in runs(api, "ingest") if r["id"] not in before_runs], 120)
+    time.sleep(3)   # the triggers of the burst's last events
+    wait("no ingest run in flight", lambda: not in_flight(api, "ingest"), 300)
+    new = [r for r in runs(api, "ingest") if r["id"] not in before_runs]
+    versions = list_versions(store, cfg.dataset.prefix)
+    assert versions == [*before, before[-1] + 1], versions
+    m = read_manifest(store, cfg.dataset.prefix, versions[-1])
+    assert m.new_rows == 300 and len(m.sources) == 30
+    assert all(r["state_type"] == "COMPLETED" for r in new), [r["state_type"] for r in new]
+    published = [r for r in new if r["name"].startswith(f"ingest-e2e-v{versions[-1]}-event-")]
+    assert len(published) == 1 and len(new) >= 2, [r["name"] for r in new]
+    assert all("-nothing-new-" in r["name"] for r in new if r not in published)
 
 
 def _browser() -> Any:
