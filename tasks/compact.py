@@ -20,6 +20,7 @@ as committed. Re-running on a compacted dataset plans nothing and publishes noth
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import threading
@@ -84,8 +85,6 @@ def _schema(cfg: DatasetConfig, m: Manifest) -> pa.Schema:
     config's (which must then have the version's fingerprint)."""
     info = m.schema
     if info.ipc_b64:
-        import base64
-
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(info.ipc_b64)))
     from shardline.core.schema import fingerprint
 

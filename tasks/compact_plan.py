@@ -27,8 +27,10 @@ MiB = 1024 * 1024
 
 
 def group_key(s: ShardEntry) -> tuple[tuple[str, str], ...]:
-    """What a shard's group is keyed by, besides its batch."""
-    fields = [(f, str(getattr(s, f))) for f in GROUP_FIELDS]
+    """What a shard's group is keyed by, besides its batch (a null split reads "mixed": an
+    older shard holding both splits)."""
+    fields = [(f, "mixed" if getattr(s, f) is None else str(getattr(s, f)))
+              for f in GROUP_FIELDS]
     parts = [(f"partition.{k}", v) for k, v in sorted(s.partition.items())
              if k not in ("label", "batch")]
     return tuple(fields + parts)

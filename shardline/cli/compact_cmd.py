@@ -22,6 +22,8 @@ DryOpt = typer.Option(False, "--dry-run", help="print the plan; write nothing")
 SweepOpt = typer.Option(False, "--sweep", help="then sweep: remove objects that compactions "
                         "older than sweep_after_minutes replaced (as each ingest does)")
 
+SHOWN = 20                 # groups listed in the plain output
+
 
 def _print(r: dict[str, Any], grace: float) -> None:
     head = (f"{r['dataset']} v{r['parent']}: {r['shards_before']} shards; "
@@ -37,10 +39,13 @@ def _print(r: dict[str, Any], grace: float) -> None:
              f"{r['rows_rewritten']} rows rewritten (same rows and ids, no new rows) in "
              f"{r['seconds']:.1f} s; the replaced shards stay readable for "
              f"{grace:g} min, then the sweep removes them")
-    if r["groups"]:
+    groups = r["groups"]
+    if groups:
         rows([{**g, "key": ",".join(f"{k}={v}" for k, v in g["key"].items())}
-              for g in r["groups"]], title="groups",
+              for g in groups[:SHOWN]], title="groups",
              columns=["batch", "key", "shards_in", "shards_out", "rows", "bytes_in"])
+    if len(groups) > SHOWN:
+        line(f"... and {len(groups) - SHOWN} more group(s) (--json lists all)")
 
 
 def compact(config: str = ConfigOpt, min_mb: float = MinOpt, target_mb: float = TargetOpt,

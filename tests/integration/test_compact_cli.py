@@ -47,6 +47,12 @@ def test_compact_command(store: ObjectStore, store_settings: StoreSettings,
     assert (plan["shards_before"], plan["shards_after"]) == (BATCHES * 10, BATCHES)
     assert list_versions(store, cfg.dataset.prefix) == list(range(1, BATCHES + 1))
 
+    text = run("--target-mb", "1", "--dry-run")
+    assert text.returncode == 0, text.stderr
+    print(text.stdout)
+    assert f"{BATCHES * 10} shards" in text.stdout and "dry run: nothing written" in text.stdout
+    assert text.stdout.count("\n") >= BATCHES + 2            # the groups, one per batch
+
     done = run("--target-mb", "1", "--json")
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout)

@@ -48,7 +48,7 @@ def test_groups_keep_batches_and_splits_apart() -> None:
     p = plan(FakeVersion(shards), min_bytes=MiB, target_bytes=2 * MiB,  # type: ignore[arg-type]
              max_rows=10**6)
     got = {(g.batch, dict(g.key).get("split")): (len(g.inputs), len(g.bins)) for g in p.groups}
-    assert got == {("a", "None"): (10, 1), ("b", "train"): (5, 1), ("b", "holdout"): (3, 1)}
+    assert got == {("a", "mixed"): (10, 1), ("b", "train"): (5, 1), ("b", "holdout"): (3, 1)}
     assert p.shards_before == 19 and p.shards_after == 4 and p.rows == 180
     for g in p.groups:
         assert {s.batch for s in g.inputs} == {g.batch}
