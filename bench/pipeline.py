@@ -156,8 +156,8 @@ def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,
     for point in TASK_CHAIN:   # a task that did not run (settle on a direct run) takes 0 s
         t[point] = t.get(point) or prev
         prev = t[point]
-    # the published event is emitted right after the version document's conditional write
-    # (and the run's artifacts); the document's own created_at has whole seconds only
+    # the published event is emitted right after the publish task (the version document's
+    # conditional write), before the run's artifacts; created_at has whole seconds only
     t["version_doc"] = _ts(manifest.created_at)
     t["version_published"] = first([_ts(e["occurred"]) for e in events(
         api, "shardline.dataset.published", f"shardline.dataset.{DATASET}", since)

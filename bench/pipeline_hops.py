@@ -13,7 +13,7 @@ Points (Unix seconds, this machine's clock; Prefect records the same clock):
 - ``<task>_start`` / ``<task>_end`` for the ingest run's task runs (sweep, settle, detect,
   convert, validate, publish, load-versions);
 - ``version_published``: the ``shardline.dataset.published`` event's ``occurred`` (emitted
-  right after the version document's conditional write); ``version_doc`` is the
+  right after the publish task, before the run's artifacts); ``version_doc`` is the
   document's own ``created_at`` (whole seconds: reported, not used for a hop);
 - ``train_created`` / ``train_pending`` / ``train_running`` / ``train_finished``.
 
@@ -46,7 +46,7 @@ HOPS: list[tuple[str, str, str]] = [
     ("convert (Spark)", "detect_end", "convert_end"),
     ("validate (GX)", "convert_end", "validate_end"),
     ("publish (commit version doc)", "validate_end", "publish_end"),
-    ("artifacts + published event", "publish_end", "version_published"),
+    ("publish task end -> published event", "publish_end", "version_published"),
     ("trigger -> train run created", "version_published", "train_created"),
     ("worker poll -> train run pending", "train_created", "train_pending"),
     ("process start -> training started", "train_pending", "train_running"),

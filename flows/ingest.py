@@ -135,11 +135,7 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
         label_run("ingest", cfg.name, "nothing-new")
         return IngestResult(cfg.name, None, message=msg).to_dict()
     batch, conv, report, pub = done
-    update_progress_artifact(progress, 90.0)
-    publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
-                             pub.version, conv.quarantine_examples(),
-                             quarantine_source(cfg, store, pub.quarantine_shards))
-    if pub.created:
+    if pub.created:   # first: training need not wait for this run's artifacts
         emit_event(
             event=PUBLISHED_EVENT,
             resource={"prefect.resource.id": f"shardline.dataset.{cfg.name}",
@@ -147,6 +143,10 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
             payload={"dataset": cfg.name, "version": pub.version, "manifest": pub.manifest,
                      "rows": pub.rows_published, "config": document},
         )
+    update_progress_artifact(progress, 90.0)
+    publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
+                             pub.version, conv.quarantine_examples(),
+                             quarantine_source(cfg, store, pub.quarantine_shards))
     update_progress_artifact(progress, 100.0)
     label_run("ingest", cfg.name, pub.version if pub.created else f"v{pub.version}-existing")
     return IngestResult(
