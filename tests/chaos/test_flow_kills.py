@@ -207,6 +207,13 @@ def test_duplicate_reordered_and_dropped_events(st):
         v1 = list_versions(store, prefix)
         check(st, "events: out of order + duplicates", versions=v1)
         assert len(v1) == len(v0) + 1, f"one version for one burst of events, got {v1}"
+        n_runs = len(runs(st["api"], "ingest"))
+        post_event(st, a, str(uuid.uuid4()))    # a late duplicate, after its ingest ran
+        wait("the late duplicate's run", lambda: len(runs(st["api"], "ingest")) > n_runs, 120)
+        settle(st)
+        assert list_versions(store, prefix) == v1, "a late duplicate event made a version"
+        late = max(runs(st["api"], "ingest"), key=lambda r: r["created"])
+        assert late["state_type"] == "COMPLETED" and "nothing-new" in late["name"], late["name"]
         upload(st, "e-dropped", 120)            # its event is lost
         time.sleep(8)
         assert list_versions(store, prefix) == v1          # no event, no ingest
@@ -221,3 +228,39 @@ def test_duplicate_reordered_and_dropped_events(st):
     models = check_models(store, st["cfg"].dataset.name, st["cfg"].train.model)
     print("chaos-stack: models", models, "ingest runs",
           sorted((r["name"], r["state_type"]) for r in runs(st["api"], "ingest")))
+
+
+def restart(st: dict[str, Any], name: str) -> None:
+    """Start service ``name`` again as ``up`` would, recorded in the state so that
+    ``down`` stops the new process by its PID."""
+    from shardline.infra.stack_specs import service_specs
+
+    state, cfg = st["state"], st["stack_cfg"]
+    spec = next(s for s in service_specs(cfg) if s.name == name)
+    launch = spec.launch(cfg, {n: state.services[n] for n in spec.after})
+    state.services[name] = launch.service
+    state.save()
+    wait(f"{name} again", lambda: launch.poll(spec.timeout_s), spec.timeout_s + 10)
+
+
+def test_a_killed_prefect_server_mid_ingest_publishes_once(st):
+    """SIGKILL the Prefect server while an ingest runs, start it again after a few seconds
+    (PostgreSQL keeps its state): the run finishes, or ends crashed/failed and the nightly
+    run publishes; either way every row is published once."""
+    rng = random.Random(SEED + 2)
+    upload(st, "k3", 300)
+    run = running_ingest(st)
+    time.sleep(rng.uniform(1.0, 6.0))
+    server = st["state"].services["prefect"]
+    os.kill(server.pid, signal.SIGKILL)
+    down_s = rng.uniform(3.0, 10.0)
+    time.sleep(down_s)
+    restart(st, "prefect")
+    final = wait("the run's final state", lambda: (s := state_of(st, run["id"])) in TERMINAL
+                 and s, 420)
+    settle(st)
+    follow = nightly(st)
+    settle(st)
+    check(st, "Prefect server SIGKILLed mid-ingest", server_down_s=round(down_s, 1),
+          run_state=final, nightly=follow["state_type"])
+    assert follow["state_type"] == "COMPLETED"
