@@ -114,8 +114,7 @@ def first(values: list[float | None]) -> float | None:
 
 
 # -- one round --------------------------------------------------------------------------
-TASK_CHAIN = ("sweep_end", "settle_end", "detect_end", "convert_end", "validate_end",
-              "publish_end")
+TASK_CHAIN = ("settle_end", "detect_end", "convert_end", "validate_end", "publish_end")
 
 
 def one_round(store: Any, api: str, cfg: Any, round_no: int, drop_mb: float,

@@ -10,8 +10,8 @@ Points (Unix seconds, this machine's clock; Prefect records the same clock):
 - ``ingest_created``, ``ingest_due`` (the trigger's ``schedule_after``),
   ``ingest_pending`` (the worker took the run), ``ingest_running`` (the flow-run process
   reached the flow): the ingest run's state history;
-- ``<task>_start`` / ``<task>_end`` for the ingest run's task runs (sweep, settle, detect,
-  convert, validate, publish, load-versions);
+- ``<task>_start`` / ``<task>_end`` for the ingest run's task runs (settle, detect,
+  convert, validate, publish; load-versions and sweep come after the published event);
 - ``version_published``: the ``shardline.dataset.published`` event's ``occurred`` (emitted
   right after the publish task, before the run's artifacts); ``version_doc`` is the
   document's own ``created_at`` (whole seconds: reported, not used for a hop);
@@ -40,8 +40,7 @@ HOPS: list[tuple[str, str, str]] = [
     ("trigger -> ingest run created", "event_received", "ingest_created"),
     ("worker poll (prefetch) -> run pending", "ingest_created", "ingest_pending"),
     ("process start + wait for due time -> running", "ingest_pending", "ingest_running"),
-    ("sweep", "ingest_running", "sweep_end"),
-    ("settle (quiet-period check)", "sweep_end", "settle_end"),
+    ("settle (quiet-period check)", "ingest_running", "settle_end"),
     ("detect", "settle_end", "detect_end"),
     ("convert (Spark)", "detect_end", "convert_end"),
     ("validate (GX)", "convert_end", "validate_end"),

@@ -1,4 +1,5 @@
-"""The ``ingest`` flow: sweep -> detect -> convert (Spark) -> validate (GX) -> publish.
+"""The ``ingest`` flow: settle -> detect -> convert (Spark) -> validate (GX) -> publish ->
+published event -> artifacts -> sweep.
 
 Wiring only; every stage lives in ``tasks/``, its Prefect task in ``flows/ingest_tasks.py``.
 Runs against the Prefect server named by ``PREFECT_API_URL`` (the embedded stack's, when it
@@ -105,7 +106,6 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
                                         description=f"ingest of {cfg.name}")
     if not isinstance(progress, uuid.UUID):   # a coroutine only for an async caller
         raise TypeError(f"create_progress_artifact returned {type(progress).__name__}")
-    sweep_stage(cfg, store, run_id)
     if quiet_seconds > 0:
         settle_stage(store, cfg.incoming, quiet_seconds)
 
@@ -132,6 +132,7 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
         update_progress_artifact(progress, 100.0)
         msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
         log.info(msg)
+        sweep_stage(cfg, store, run_id)
         label_run("ingest", cfg.name, "nothing-new")
         return IngestResult(cfg.name, None, message=msg).to_dict()
     batch, conv, report, pub = done
@@ -147,6 +148,8 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
     publish_ingest_artifacts(cfg.name, load_versions(cfg, store), report, batch.id,
                              pub.version, conv.quarantine_examples(),
                              quarantine_source(cfg, store, pub.quarantine_shards))
+    # garbage collection of earlier runs' leftovers: after the version, off its path
+    sweep_stage(cfg, store, run_id)
     update_progress_artifact(progress, 100.0)
     label_run("ingest", cfg.name, pub.version if pub.created else f"v{pub.version}-existing")
     return IngestResult(

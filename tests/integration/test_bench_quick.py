@@ -100,7 +100,7 @@ def test_pipeline_bench_times_every_hop_in_order(tmp_path: Path) -> None:
     assert t["ingest_due"] - t["event_received"] >= 0.9
     assert t["ingest_started"] >= t["ingest_due"] - 0.5
     # the state history and task runs give every point of the hop table, in causal order
-    chain = ["ingest_created", "ingest_pending", "ingest_running", "sweep_end", "settle_end",
+    chain = ["ingest_created", "ingest_pending", "ingest_running", "settle_end",
              "detect_end", "convert_end", "validate_end", "publish_end", "version_published",
              "train_created", "train_pending", "train_running"]
     assert all(t[a] <= t[b] + 0.05 for a, b in zip(chain, chain[1:], strict=False)), t
