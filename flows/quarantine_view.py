@@ -111,8 +111,9 @@ def image_value(raw: bytes | None, column: str) -> bytes | str:
 
 
 def thumbnail(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Preview:
-    """A PNG of at most ``THUMB_PX`` a side, or a mark. Only PNG/JPEG are opened, and
-    pixels are decoded only after the header's dimensions passed the limits."""
+    """A PNG of at most ``THUMB_PX`` a side (smaller images scaled up by a whole factor,
+    nearest pixel, so they stay visible), or a mark. Only PNG/JPEG are opened, and pixels
+    are decoded only after the header's dimensions passed the limits."""
     from PIL import Image, UnidentifiedImageError
 
     if not _is_image(data):
@@ -135,6 +136,10 @@ def thumbnail(data: bytes, limits: Limits = DEFAULT_LIMITS) -> Preview:
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         return Preview(f"unreadable image: {excerpt(str(exc), 60)}")
     small.thumbnail((THUMB_PX, THUMB_PX))
+    scale = THUMB_PX // max(small.size)
+    if scale > 1:   # an 8 x 8 digit would be a dot: whole-number steps, nearest pixel
+        small = small.resize((small.width * scale, small.height * scale),
+                             Image.Resampling.NEAREST)
     out = io.BytesIO()
     small.save(out, format="PNG", optimize=True)
     return Preview(f"{w} x {h} image", out.getvalue())

@@ -90,10 +90,10 @@ def test_a_hostile_drop_shows_thumbnails_and_marks(prefect_harness, stack_env, s
             assert img.format == "PNG"
             return img.size
 
-    assert thumb("wrong-shape") == (16, 16)
-    assert thumb("bad-label") == (8, 8)
-    assert thumb("incoming/thumbs/imgs/3/big.png") == (20, 20)
-    assert all(thumb(f"extra-{i}") == (8, 8) for i in range(len(extra)))
+    assert thumb("wrong-shape") == (48, 48)   # 16 px scaled up 3x
+    assert thumb("bad-label") == (48, 48)
+    assert thumb("incoming/thumbs/imgs/3/big.png") == (40, 40)
+    assert all(thumb(f"extra-{i}") == (48, 48) for i in range(len(extra)))
     assert by_id["bad-label"][3] == "unknown\\_label" and "seven" in by_id["bad-label"][4]
     marks = {"bomb": "*not previewed", "text": "*not an image (no PNG/JPEG signature)*",
              "cut": "*unreadable image", "no-image": "*no image: 'image' is missing*"}

@@ -118,3 +118,58 @@ def test_the_nightly_schedule_creates_and_runs_a_flow_run(
         run["name"]
     assert "trigger:schedule" in run["tags"]
     httpx.patch(f"{api}/deployments/{nightly['id']}", json={"paused": True}, timeout=10)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not (Path("/usr/bin/chromium").exists() and
+                         Path("/usr/bin/chromedriver").exists()),
+                    reason="needs Debian chromium + chromium-driver (make test installs them)")
+def test_both_prefect_uis_show_the_quarantine_thumbnails(
+        deployed: tuple[StackConfig, StackState]) -> None:
+    """The markdown the ingest writes, as a person sees it: the thumbnails (data:image/png
+    URIs) load as images in the V2 (default) and the V1 UI; the bomb shows its mark."""
+    import base64
+
+    from shardline.flows import quarantine_view as qv
+    from shardline.flows.artifacts import quarantine_markdown
+    from tests.integration.test_pipeline_e2e import _browser
+    from tests.unit.test_containment import png_bomb
+    from tests.unit.test_quarantine_view import png
+
+    _, state = deployed
+
+    def row(i: int, image: bytes, rule: str) -> dict[str, object]:
+        line = f'{{"id": "r{i}", "label": 1, "image": "{base64.b64encode(image).decode()}"}}'
+        return {"source_key": "incoming/digits/a.jsonl", "source_row": i, "rule": rule,
+                "raw": line.encode()}
+
+    rows = [row(0, png(100, 50, "RGB"), "wrong_shape"), row(1, png(8, 8), "unknown_label"),
+            row(2, png_bomb(100_000, 100_000), "image_too_large")]
+    items = [(r, qv.preview(r, "image")) for r in rows]
+    text = quarantine_markdown("uidigits", "b1", {"wrong_shape": 1, "unknown_label": 1,
+                                                   "image_too_large": 1}, [],
+                               qv.rows_markdown(items, 3))
+    art = httpx.post(f"{state.prefect_api_url}/artifacts/", timeout=10, json={
+        "key": "uidigits-quarantine", "type": "markdown", "data": text}).json()
+    loaded_js = ("return [...document.querySelectorAll('img')].filter(i => "
+                 "i.src.startsWith('data:image/png') && i.complete && i.naturalWidth > 0)"
+                 ".map(i => [i.naturalWidth, i.naturalHeight]);")
+    out = ROOT / "tests" / "output"
+    out.mkdir(parents=True, exist_ok=True)
+    driver = _browser()
+    try:
+        for ui, path in (("v2", f"/v2/artifacts/artifact/{art['id']}"),
+                         ("v1", f"/artifacts/artifact/{art['id']}")):
+            driver.get(state.prefect_ui_url.rstrip("/") + path)
+            deadline, sizes = time.monotonic() + 90, []
+            while time.monotonic() < deadline:
+                sizes = driver.execute_script(loaded_js)
+                if len(sizes) >= 2:
+                    break
+                time.sleep(1)
+            driver.save_screenshot(str(out / f"prefect-ui-{ui}-quarantine-thumbnails.png"))
+            assert sorted(sizes) == [[48, 24], [48, 48]], (ui, sizes)
+            body = driver.find_element("tag name", "body").text
+            assert "not previewed" in body and "incoming/digits/a.jsonl" in body, (ui, body)
+    finally:
+        driver.quit()

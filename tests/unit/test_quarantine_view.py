@@ -39,15 +39,19 @@ def test_an_image_in_a_json_line_becomes_a_small_thumbnail() -> None:
     p = qv.preview({"raw": line(base64.b64encode(png(200, 100, "RGB")).decode())}, "image")
     assert thumb_size(p) == (qv.THUMB_PX, qv.THUMB_PX // 2) and p.text == "200 x 100 image"
     small = qv.preview({"raw": line(base64.b64encode(png(8, 8)).decode())}, "image")
-    assert thumb_size(small) == (8, 8)   # never enlarged
+    assert thumb_size(small) == (48, 48)   # scaled up 6x, nearest pixel: still 8 x 8 cells
+    with Image.open(io.BytesIO(small.png or b"")) as img:
+        cells = np.asarray(img)[::6, ::6]
+        assert np.array_equal(cells, np.arange(64, dtype=np.uint8).reshape(8, 8))
+    assert thumb_size(qv.thumbnail(png(20, 10))) == (40, 20)
     md = small.markdown()
     assert md.startswith("![8 x 8 image](data:image/png;base64,") and md.endswith(")")
 
 
 def test_image_file_bytes_and_csv_fields_are_found() -> None:
-    assert thumb_size(qv.preview({"raw": png(10, 10)}, "image")) == (10, 10)
+    assert thumb_size(qv.preview({"raw": png(10, 10)}, "image")) == (40, 40)
     csv = b"id7,3," + base64.b64encode(png(9, 9))
-    assert thumb_size(qv.preview({"raw": csv}, "image")) == (9, 9)
+    assert thumb_size(qv.preview({"raw": csv}, "image")) == (45, 45)
 
 
 def test_values_that_are_not_images_get_a_mark() -> None:
