@@ -224,6 +224,13 @@ def run(rounds: int = 3, drop_mb: float = 10.0, debounce: int = 1, timeout_s: fl
                 f"{got['upload_to_train_finished_s']:.1f}s (load {got['load_1m']:.1f})")
         sampler.stop()
     finally:
+        # flow runs that did not fork from the warm server (flows/warm.py says why: e.g.
+        # shardline's code was edited during the run) pay the cold imports
+        wlog = home / "logs" / "worker.log"
+        result["cold_flow_runs"] = (wlog.read_text(errors="replace").count(
+            "running this flow run cold") if wlog.is_file() else None)
+        if result["cold_flow_runs"]:
+            log(f"{result['cold_flow_runs']} flow run(s) started cold; see {wlog}")
         stack.down(home, discard=True)
         slow = [x for x in result["rounds"] if x["upload_to_train_started_s"] > 30.0]
         if (slow or len(result["rounds"]) < rounds) and (home / "logs").is_dir():
