@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.api.access import arrow_filesystem, store_for
-from shardline.api.splits import Split, check_split, mask_rows, shards_of
+from shardline.api.splits import Split, check_split, read_split, shards_of
 from shardline.core.config import (
     Config,
     DatasetConfig,
@@ -190,19 +190,9 @@ class Dataset:
         shards = self.shards(new_only)
         if not shards:
             return self.schema.empty_table().select(columns or self.schema.names)
-        mixed = [s for s in shards if s.split is None]
-        if self.split == "all" or not mixed:
-            return self.to_dataset(shards=shards).to_table(columns=columns, filter=filter)
-        # mixed shards (older layout): read with the id, keep this split's rows
-        idc = "id"
-        cols = None if columns is None else list(dict.fromkeys([*columns, idc]))
-        parts = [mask_rows(self.to_dataset(shards=mixed).to_table(columns=cols, filter=filter),
-                           self.split, self.holdout_fraction, idc)]
-        pure = [s for s in shards if s.split is not None]
-        if pure:
-            parts.insert(0, self.to_dataset(shards=pure).to_table(columns=cols, filter=filter))
-        table = pa.concat_tables(parts)
-        return table if columns is None else table.select(columns)
+        return read_split(lambda some, cols: self.to_dataset(shards=some).to_table(
+            columns=cols, filter=filter), shards, self.split, lambda: self.holdout_fraction,
+            columns)
 
     def to_pandas(self, columns: list[str] | None = None, new_only: bool = False,
                   label_names: bool = False) -> pd.DataFrame:

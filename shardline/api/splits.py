@@ -8,6 +8,7 @@ shards (``split`` None) are read by both and masked by id hash with the dataset'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import pyarrow as pa
@@ -40,3 +41,20 @@ def mask_rows(table: pa.Table, split: Split, fraction: float, id_column: str = "
         return table
     held = holdout_ids(table.column(id_column), fraction)
     return table.filter(pa.array(held if split == HOLDOUT else ~held))
+
+
+def read_split(read: Callable[[list[ShardEntry], list[str] | None], pa.Table],
+               shards: list[ShardEntry], split: Split, fraction: Callable[[], float],
+               columns: list[str] | None) -> pa.Table:
+    """The rows of ``split`` in ``shards`` (from :func:`shards_of`): ``read(shards,
+    columns)`` of the split's own shards, and of the mixed ones masked by id hash."""
+    mixed = [s for s in shards if s.split is None]
+    if split == "all" or not mixed:
+        return read(shards, columns)
+    cols = None if columns is None else list(dict.fromkeys([*columns, "id"]))
+    parts = [mask_rows(read(mixed, cols), split, fraction())]
+    pure = [s for s in shards if s.split is not None]
+    if pure:
+        parts.insert(0, read(pure, cols))
+    table = pa.concat_tables(parts)
+    return table if columns is None else table.select(columns)
