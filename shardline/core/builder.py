@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline.core import layout
-from shardline.core.errors import ObjectExists, PublishConflict, StoreError
+from shardline.core.errors import ConfigError, ObjectExists, PublishConflict, StoreError
 from shardline.core.manifest import Manifest, code_version, now_iso
 from shardline.core.parts import (
     BatchListRef,
@@ -184,12 +184,14 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
 
     Raises:
         PublishConflict: the schema differs from the parent's (a new schema needs a new
-            dataset name), or ``holdout_fraction`` differs from the one the dataset recorded.
+            dataset name).
+        ConfigError: ``holdout_fraction`` differs from the one the dataset recorded (a
+            setting to fix, not a race to retry).
         ValueError: the batch has split shards but no ``holdout_fraction`` was given.
     """
     why = holdout_conflict(dataset, parent, holdout_fraction)
     if why is not None:
-        raise PublishConflict(why)
+        raise ConfigError(why)
     if holdout_fraction is None and any(s.split is not None for s in batch.shards):
         raise ValueError(f"batch {batch.id} has train/holdout shards: pass the "
                          "holdout_fraction they were split with")

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from shardline.core.builder import holdout_conflict
 from shardline.core.config import DatasetConfig, SparkSettings
-from shardline.core.errors import PublishConflict
+from shardline.core.errors import ConfigError
 from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
@@ -98,7 +98,7 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
     published do not depend on them."""
     why = holdout_conflict(cfg.name, latest, cfg.holdout_fraction)
     if why is not None:       # refused before any work; publish checks again (races)
-        raise PublishConflict(why)
+        raise ConfigError(why)
     t0 = time.perf_counter()
     if tasks is None:
         tasks = useful_tasks(batch.bytes, spark_sessions.default_parallelism(

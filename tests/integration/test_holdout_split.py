@@ -17,7 +17,7 @@ import pytest
 from shardline.api.dataset import open_dataset
 from shardline.core import shard_table
 from shardline.core.config import Config, DatasetConfig, SparkSettings, TrainConfig
-from shardline.core.errors import PublishConflict
+from shardline.core.errors import ConfigError
 from shardline.core.idhash import holdout_ids, reference_hash
 from shardline.core.manifest import Manifest, list_versions, read_manifest
 from shardline.core.store import ObjectStore
@@ -117,7 +117,7 @@ def test_ingest_writes_the_held_out_rows_into_their_own_shards(
     # the fraction is a dataset property: another one is refused before any work
     _upload(store, cfg, "b", 1200, 1797, "h")
     other = dataset_config(name="held", incoming="incoming/held/", holdout_fraction=0.3)
-    with pytest.raises(PublishConflict, match=r"holdout_fraction is 0\.3.*recorded 0\.2"):
+    with pytest.raises(ConfigError, match=r"holdout_fraction is 0\.3.*recorded 0\.2"):
         run_pipeline(store, other, spark)
     assert list_versions(store, cfg.prefix) == [1]
     assert run_pipeline(store, cfg, spark) is not None

@@ -14,7 +14,7 @@ import pytest
 from shardline.core import shard_table
 from shardline.core.builder import build_version
 from shardline.core.config import HOLDOUT_FRACTION, parse_config
-from shardline.core.errors import ConfigError, PublishConflict
+from shardline.core.errors import ConfigError
 from shardline.core.idhash import HoldoutMismatch, dataset_fraction, holdout_ids
 from shardline.core.parts import ShardEntry, ValidationSummary
 from shardline.core.version_doc import BatchList
@@ -77,7 +77,7 @@ def test_the_version_records_the_fraction_and_refuses_another() -> None:
     v3 = _next(v2, new_batch(3), None)                  # no fraction given: the parent's
     assert v3.holdout_fraction == 0.2
     assert _next(v3, _split_batch(4), 0.2).holdout_fraction == 0.2
-    with pytest.raises(PublishConflict, match=r"holdout_fraction is 0.3.*recorded 0.2"):
+    with pytest.raises(ConfigError, match=r"holdout_fraction is 0.3.*recorded 0.2"):
         _next(v3, _split_batch(4), 0.3)
     with pytest.raises(ValueError, match="holdout_fraction"):
         _next(legacy, _split_batch(2), None)
