@@ -8,7 +8,8 @@ Spark Connect server:
 - **history**: the same new batch (``rows`` rows, 10 classes) ingested on top of 1, 10, 50,
   200 published versions (the history is synthetic, see ``bench.scale_data``);
 - **rows**: 10k, 100k, 1M new rows on a one-version history;
-- **classes**: 10, 100, 1,000 classes at 100k new rows.
+- **classes**: 10, 100, 1,000 classes at 10k new rows (the issue's 6,000 rows over 1,000
+  classes, rounded up).
 
 Sizes this machine cannot hold or build through Spark in time are built synthetically and
 measured through the same code: published-id indexes of 10M and 100M ids (the duplicate
@@ -18,6 +19,7 @@ trainer's plan, manifests written by ``core.builder``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -54,7 +56,7 @@ class Sizes:
 
 
 FULL = Sizes(history=(1, 10, 50, 200), history_rows=10_000, rows=(10_000, 100_000, 1_000_000),
-             classes=(10, 100, 1000), class_rows=100_000, id_files=(100, 1000),
+             classes=(10, 100, 1000), class_rows=10_000, id_files=(100, 1000),
              ids_per_file=100_000, new_ids=100_000, plan=(200, 500))
 QUICK = Sizes(history=(1, 12), history_rows=1_000, rows=(1_000, 4_000), classes=(10, 100),
               class_rows=1_000, id_files=(4, 16), ids_per_file=10_000, new_ids=5_000,
@@ -150,7 +152,24 @@ def synthetic(sizes: Sizes, work: Path, log: Callable[[str], None]) -> dict[str,
     return out
 
 
-def run(quick: bool = False, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def _guard(result: dict[str, Any], what: str, fn: Callable[[], Any],
+           say: Callable[[str], None]) -> Any:
+    """Run one point; a failure is recorded (and the point left out), the sweep goes on.
+    The partial result is saved after every point."""
+    from bench.common import write_result
+
+    try:
+        return fn()
+    except Exception as exc:  # one failed point must not lose the others
+        say(f"  FAILED {what}: {str(exc)[-1500:]}")
+        result.setdefault("errors", []).append({"point": what, "error": str(exc)[-3000:]})
+        return None
+    finally:
+        write_result("scale-quick.partial" if result["quick"] else "scale.partial", result)
+
+
+def run(quick: bool = False, log: Callable[[str], None] | None = None,
+        budget_s: float | None = 25 * 60) -> dict[str, Any]:
     from bench.scale_fit import analyse
 
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
@@ -164,26 +183,56 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None) -> dict[s
     try:
         hist, hr = config("hist", 10), sizes.history_rows
         say("warm-up (not recorded): the Spark server's first jobs start its Python workers")
-        chain(srv, config("warmup", 10), 200, 1, 100, tmp / "warmup", say,
-              ("detect", "convert"))
+        _guard(result, "warm-up", lambda: chain(srv, config("warmup", 10), 200, 1, 100,
+                                                tmp / "warmup", say, ("detect", "convert")), say)
         say(f"history sweep: {sizes.history} versions, {hr:,} new rows")
         for h in sizes.history:
-            result["history"].append(chain(srv, hist, hr, h, hr, tmp / f"h{h}", say))
+            r = _guard(result, f"history {h}",
+                       functools.partial(chain, srv, hist, hr, h, hr, tmp / f"h{h}", say), say)
+            if r is not None:
+                result["history"].append(r)
         # a point already measured (same rows, classes and history) is not run again
-        done = {(hr, 10, 1): result["history"][0]} if sizes.history[0] == 1 else {}
-        say(f"rows sweep: {sizes.rows}")
-        for n in sizes.rows:
-            if (n, 10, 1) not in done:
-                done[n, 10, 1] = chain(srv, config(f"rows{n}", 10), n, 1, hr, tmp / f"r{n}", say)
-            result["rows"].append(done[n, 10, 1])
-        say(f"classes sweep: {sizes.classes} at {sizes.class_rows:,} rows")
-        for k in sizes.classes:
-            if (sizes.class_rows, k, 1) not in done:
-                done[sizes.class_rows, k, 1] = chain(srv, config(f"classes{k}", k),
-                                                     sizes.class_rows, 1, hr, tmp / f"c{k}", say)
-            result["classes"].append(done[sizes.class_rows, k, 1])
+        done: dict[tuple[int, int, int], Any] = {}
+        if result["history"] and result["history"][0]["history"] == 1:
+            done[hr, 10, 1] = result["history"][0]
+        points = [("rows", n, 10) for n in sizes.rows[:-1]] + \
+            [("classes", sizes.class_rows, k) for k in sizes.classes]
+        say(f"rows sweep: {sizes.rows}; classes sweep: {sizes.classes} at "
+            f"{sizes.class_rows:,} rows")
+
+        def point(sweep: str, n: int, k: int) -> None:
+            if (n, k, 1) not in done:
+                done[n, k, 1] = _guard(
+                    result, f"{sweep} {n} rows {k} classes",
+                    functools.partial(chain, srv, config(f"r{n}-c{k}", k), n, 1, hr,
+                                      tmp / f"r{n}-c{k}", say), say)
+            if done[n, k, 1] is not None:
+                result[sweep].append(done[n, k, 1])
+        for sweep, n, k in points:
+            point(sweep, n, k)
         say("synthetic sizes")
-        result["synthetic"] = synthetic(sizes, tmp / "synthetic", say)
+        result["synthetic"] = _guard(result, "synthetic",
+                                     lambda: synthetic(sizes, tmp / "synthetic", say), say) or {}
+        # the largest rows point last, if its cost (a + b * rows through the two points
+        # before) fits the time budget; otherwise the result says so
+        big = sizes.rows[-1]
+        prev = result["rows"][-1] if result["rows"] else None
+        spent = time.perf_counter() - t_start
+        guess = 0.0
+        if len(result["rows"]) >= 2:
+            (x0, c0), (x1, c1) = ((r["rows"], sum(st["wall_s"] + st.get("setup_s", 0)
+                                                   for st in r["stages"].values()))
+                                  for r in result["rows"][-2:])
+            guess = c1 + max(0.0, (c1 - c0) / (x1 - x0)) * (big - x1)
+        if budget_s is None or spent + guess <= budget_s:
+            point("rows", big, 10)
+        else:
+            assert prev is not None
+            result["skipped"] = {"rows": big, "why": f"{spent / 60:.1f} min spent, the point "
+                                 f"would take ~{guess / 60:.1f} min more (linear in rows through "
+                                 f"the points up to {prev['rows']:,} rows); budget "
+                                 f"{budget_s / 60:.0f} min"}
+            say(f"  skipped {big:,} rows: {result['skipped']['why']}")
     finally:
         srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)

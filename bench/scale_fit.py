@@ -116,7 +116,7 @@ def verdict(req: float, nbytes: float, entries: float) -> str:
     version): O(new) with an O(batches) part of a few hundred bytes per version."""
     if req >= 0.5 or nbytes >= 1024:
         return "O(history)"
-    if nbytes > 0 or entries > 0 or req > 0:
+    if nbytes > 64 or entries > 0 or req > 0.05:     # below: file-size jitter of the upload
         return "O(new) + O(batches) references"
     return "O(new)"
 

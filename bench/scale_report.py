@@ -158,8 +158,19 @@ def section(result: dict[str, Any], images: dict[str, str]) -> str:
         f"the end; the run took {result['seconds'] / 60:.1f} min; commit {m['commit']}, "
         f"{m['when']}.", "",
     ]
+    first = (result.get("history") or [{}])[0].get("stages", {})
+    if first:
+        lines += ["Set-up paid once per process and not in the stage's time (first history "
+                  "point): " + ", ".join(f"`{s}` {r.get('setup_s', float('nan')):.1f} s"
+                                          for s, r in first.items())
+                  + " (imports: GX for validate, the Spark Connect client for convert, "
+                    "torch for the trainer's stages; the inputs).", ""]
     lines += ["### Slopes and classes", "", slopes_table(result), ""]
-    lines += [f"- `{s}` **{c['verdict']}**: {c['why']}." for s, c in cl.items()]
+    for s, c in cl.items():
+        pv = c.get("per_version", {})
+        lines.append(f"- `{s}` **{c['verdict']}**: {c['why']}. Each version of history adds "
+                     f"{pv.get('requests', 0):.2g} requests, {pv.get('bytes', 0):,.0f} bytes "
+                     f"and {pv.get('list_entries', 0):.2g} listing entries to it.")
     lines += [""]
     for sweep in ("history", "rows", "classes"):
         if sweep in result["curves"]:

@@ -200,8 +200,10 @@ def evaluate(c: Ctx) -> Run:
     """The evaluation pass over a warm local cache, as ``trainer.loader.eval_batches`` walks
     it: every shard of ``plan.eval_shards`` opened (memory map), indexed (ids hashed), its
     held-out rows picked and their pixels gathered. The model's forward pass is left out.
-    Synthetic history shards have no bytes; each is stood in by a real shard of the
-    measured batch of the same split (same rows and layout)."""
+    Synthetic history shards have no bytes; each is stood in by the first rows (as many
+    as the entry says) of a real shard of the measured batch, of the same split."""
+    import pyarrow.ipc as ipc
+
     from shardline.trainer.shard_file import OpenShard
 
     m = latest_manifest(c.plain, c.cfg.prefix)  # type: ignore[arg-type]
@@ -210,19 +212,29 @@ def evaluate(c: Ctx) -> Run:
     local = c.work / "eval"
     local.mkdir(exist_ok=True)
     real: dict[str, Path] = {}
-    stand_in: dict[str | None, Path] = {}
+    by_split: dict[str | None, Path] = {}
     for s in m.new():                            # the trainer's cache, filled beforehand
         real[s.path] = local / s.sha256
         real[s.path].write_bytes(c.plain.get_bytes(s.path))  # type: ignore[union-attr]
-        stand_in.setdefault(s.split, real[s.path])
-    any_real = next(iter(real.values()))
+        by_split.setdefault(s.split, real[s.path])
+    stand_in: dict[tuple[str | None, int], Path] = {}
+    for s in p.eval_shards:                      # synthetic: the first rows of a real shard
+        key = (s.split, s.entry.rows)
+        if s.entry.path in real or key in stand_in:
+            continue
+        src = by_split.get(s.split) or next(iter(real.values()))
+        with ipc.open_file(pa.memory_map(str(src))) as f:
+            table = f.read_all()
+        stand_in[key] = local / f"stand-in-{s.split}-{s.entry.rows}.arrow"
+        with ipc.new_file(str(stand_in[key]), table.schema) as w:
+            w.write_table(table.slice(0, s.entry.rows))
     shape = tuple(c.cfg.image.shape)
     nbytes = int(np.prod(shape))
 
     def go() -> dict[str, Any]:
         held = opened = 0
         for s in p.eval_shards:
-            path = real.get(s.entry.path) or stand_in.get(s.split, any_real)
+            path = real.get(s.entry.path) or stand_in[s.split, s.entry.rows]
             shard = OpenShard(path, shape)
             rows = p.holdout_rows(shard.index(), s)
             seg, off = shard.locate(rows)

@@ -20,7 +20,8 @@ from shardline.core.store import ObjectInfo, ObjectStore
 # "/manifests/")
 KINDS = (("/versions/", "version_doc"), ("/manifests/checkpoint-", "checkpoint"),
          ("/manifests/batch=", "batch_list"), ("/manifests/", "schema_config"),
-         ("/ids/", "id_index"), ("/batches/", "claim"), ("/staging/", "staging"),
+         ("/ids/", "id_index"), ("/batches/", "claim"),
+         ("/ledger/claims-", "claims_checkpoint"), ("/staging/", "staging"),
          ("/shards/", "shard"), ("/quarantine/", "quarantine"), ("/reports/", "report"),
          ("incoming/", "incoming"))
 

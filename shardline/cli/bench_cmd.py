@@ -86,11 +86,11 @@ def _gpu(quick: bool) -> dict[str, Any]:
     return r
 
 
-def _scale(quick: bool, report: bool) -> dict[str, Any]:
+def _scale(quick: bool, report: bool, budget_min: float | None = 25.0) -> dict[str, Any]:
     from bench import scale
     from bench.common import write_result
 
-    r = scale.run(quick)
+    r = scale.run(quick, budget_s=None if budget_min is None else budget_min * 60)
     write_result("scale-quick" if quick else "scale", r)
     if report:
         from bench import scale_report
@@ -163,13 +163,17 @@ def register(app: typer.Typer) -> None:
                   report: bool = typer.Option(None, "--report/--no-report", help="rewrite the "
                                               "scale section of docs/benchmarks.md and its "
                                               "plots (default: without --quick only)"),
+                  budget_min: float = typer.Option(25.0, "--budget-min", help="run the largest "
+                                                   "rows point only if the run's estimate "
+                                                   "stays within this many minutes"),
                   ) -> None:
         """Each stage's time, CPU, peak memory and object-store traffic as the history
         (versions) and the new data (rows, classes) grow; slopes and O(new)/O(history)."""
         _bench_path()
         from bench.scale_report import print_tables
 
-        _emit(_scale(quick, (not quick) if report is None else report), as_json, print_tables)
+        _emit(_scale(quick, (not quick) if report is None else report, budget_min), as_json,
+              print_tables)
 
     @bench.command("all")
     def all_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
