@@ -152,10 +152,13 @@ def _child(conn: socket.socket, req: dict[str, object], fds: list[int], engine: 
         env = {str(k): str(v) for k, v in dict(req["env"]).items()}  # type: ignore[call-overload]
         argv = [str(a) for a in req["argv"]]  # type: ignore[attr-defined]
         os.chdir(str(req["cwd"]))
+        now = _code_stamp()
+        changed = sorted(p for p in set(now) | set(_STAMP) if now.get(p) != _STAMP.get(p))
         why = ("this run's Prefect settings differ from the warm server's"
                if _settings(env) != _settings(dict(os.environ)) else
-               "shardline's code changed since the warm server imported it (restart the "
-               "stack to warm the new code)" if _code_stamp() != _STAMP else None)
+               f"shardline's code changed since the warm server imported it ({changed[0]}"
+               f"{f' and {len(changed) - 1} more' if len(changed) > 1 else ''}; restart the "
+               "stack to warm the new code)" if changed else None)
         if why:
             print(f"shardline.flows.warm: {why}; running this flow run cold", file=sys.stderr,
                   flush=True)

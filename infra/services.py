@@ -177,8 +177,9 @@ def prefect_env(port: int, prefect_home: Path, db_url: str | None = None) -> dic
         PREFECT_SERVER_DATABASE_TIMEOUT="60",
         PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="60",
         # a run queued behind a deployment's concurrency limit (ingest-on-upload allows one
-        # at a time) retries for the slot every second, not every 30
-        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="1",
+        # at a time) retries for the slot every 5 s, not every 30 (each retry is a worker
+        # submission the server refuses: a burst's queued runs must not churn every second)
+        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="5",
         DO_NOT_TRACK="1",
     )
     return env
