@@ -50,13 +50,25 @@ def quiet_dependencies() -> None:
     - warnings filters: PySpark's FutureWarning about pandas 3 and DeprecationWarnings of
       dependencies (Python shows those only in ``__main__``'s code by default, but
       ``python -m shardline.cli.main`` is ``__main__``).
-    - Prefect and great-expectations analytics off (no network here; each would log errors).
+    - Prefect and great-expectations analytics off (no network here; each would log errors);
+      great-expectations' INFO logs ("Created temporary directory ... for ephemeral docs
+      site" on every validation) below WARNING are dropped.
     """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark(\..*)?$")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    # this one sets its own level to INFO when imported: a filter outlives that
+    gx_base = logging.getLogger("great_expectations.data_context.types.base")
+    if not any(isinstance(f, _WarningsUp) for f in gx_base.filters):
+        gx_base.addFilter(_WarningsUp())
+
+
+class _WarningsUp(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
 
 
 def prepare() -> None:

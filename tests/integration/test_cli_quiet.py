@@ -15,7 +15,8 @@ from shardline.infra.demo_data import digits, jsonl_bytes
 from tests.integration.test_ingest_flow import write_config
 
 NOISE = ("skipping fork() handlers", "fork_posix", "FutureWarning", "DeprecationWarning",
-         "UserWarning", "warnings.warn", "absl::InitializeLog")
+         "UserWarning", "warnings.warn", "absl::InitializeLog",
+         "great_expectations.data_context")   # GX's "Created temporary directory" INFO
 
 # A process that forks while Spark Connect calls are in flight on other threads: what
 # makes gRPC core log its fork notice. With "cli" it first goes through the shardline
