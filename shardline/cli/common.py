@@ -100,10 +100,11 @@ def check_ingest(config: str) -> None:
 
 def print_ingest(r: dict[str, Any]) -> None:
     verb = "published" if r["created"] else "already published as"
-    rules = ", ".join(f"{k}: {v}" for k, v in r["quarantine_by_rule"].items()) or "none"
+    rules = ", ".join(f"{k}: {v}" for k, v in r["quarantine_by_rule"].items())
+    why = f" ({_escape(rules)})" if rules else ""   # an already-published batch: no rules
     out.print(f"[bold green]{r['dataset']}[/] {verb} [bold]version {r['version']}[/]: "
               f"{r['rows_published']} rows in {r['shards']} new shards, "
-              f"{r['rows_quarantined']} quarantined ({_escape(rules)})\n"
+              f"{r['rows_quarantined']} quarantined{why}\n"
               f"  manifest {r['manifest']}", soft_wrap=True)
 
 

@@ -125,8 +125,9 @@ def register(app: typer.Typer) -> None:
             out.print(f"[yellow]{r['message']}[/]")
         else:
             print_ingest(r)
-            if r["created"]:
-                report_training(api, store, cfg, r["version"], t0, since)
+            # created by this run or by the on-upload run the same upload triggered (which
+            # may win the race): either way the published event started a training run
+            report_training(api, store, cfg, r["version"], t0, since)
 
         before = list_versions(store, cfg.dataset.prefix)
         since = datetime.now(UTC)
