@@ -2,7 +2,7 @@
 version with the same rows and ids (and new digests).
 
     plan (tasks.compact_plan)  ->  rewrite + verify each output (tasks.compact_rewrite)
-    ->  build the version (tasks.compact_draft)  ->  commit_version (If-None-Match)
+    ->  build the version (shardline.core.replace)  ->  commit_version (If-None-Match)
 
 Nothing a reader can see changes until the commit: the new shards and batch lists are under
 keys no version names yet. The replaced shards and batch lists stay where they are, so
@@ -38,9 +38,9 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists, PublishConflict, StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ShardEntry
+from shardline.core.replace import Rewrite, build_compaction
 from shardline.core.schema import data_schema
 from shardline.core.store import ObjectStore
-from shardline.tasks.compact_draft import Rewrite, build_compaction
 from shardline.tasks.compact_plan import CompactionPlan, Group, MiB, plan
 from shardline.tasks.compact_rewrite import output_key, rewrite_bin
 

@@ -24,8 +24,8 @@ from datetime import UTC, datetime, timedelta
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.replace import is_compaction
 from shardline.core.store import ObjectStore
-from shardline.tasks.compact_draft import is_compaction
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
-"""Compaction, part 3: the version that swaps small shards for large ones.
+"""The other way to build a version: swap shards of live batches, adding no batch.
 
-The draft is assembled from the core's public parts (``BatchList``, ``Checkpoint``,
-``VersionDoc``, ``shardline.core.layout``) and committed by ``core.builder.commit_version``
-like every other version (objects first, then ``versions/v<N>.json`` with If-None-Match).
-``build_version`` adds exactly one new batch; a compaction adds none and replaces the lists
-of old batches, so it needs this second assembly (to move into the builder when its owner
-adds a "replace batch lists" entry point).
+``core.builder.build_version`` adds exactly one new batch; a compaction (``tasks.compact``)
+adds none and replaces the shard lists of old batches, so its document is assembled here,
+beside the builder and from the same parts (``BatchList``, ``Checkpoint``, ``VersionDoc``,
+``core.layout``), and committed by ``core.builder.commit_version`` like every other version
+(objects first, then ``versions/v<N>.json`` with If-None-Match). These two functions are the
+only places a version document is assembled.
 
 What the compaction version says, so that nothing downstream mistakes it for new data:
 
