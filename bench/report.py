@@ -157,7 +157,18 @@ def _pipeline_tables(r: dict[str, Any]) -> dict[str, str]:
              + [x["upload_to_train_started_s"] for x in rounds]]
     stages = sorted({s for x in rounds for s in x["ingest_tasks_s"]})
     x0 = rounds[0]
+
+    def per_hop(key: str) -> str:   # stack CPU s / machine busy share (bench/pipeline_hops.py)
+        return md_table(cols, [[lb] + [x.get("hops", {}).get(lb, {}).get(key) for x in rounds]
+                               for lb in (x0.get("hops") or {})])
+
+    cpu = ("Stack CPU seconds per hop (every stack process, flow-run processes included), "
+           "then the machine's busy share (1.0 = both cores busy, other work included); "
+           "load average at each upload: " + ", ".join(
+               f"{x.get('load_1m', 0):.1f}" for x in rounds) + ":\n\n" + per_hop(
+               "stack_cpu_s") + "\n\n" + per_hop("busy")) if x0.get("hops") else ""
     return {
+        "pipeline_cpu": cpu,
         "pipeline": md_table(cols, rows),
         "pipeline_tasks": md_table(["ingest task"] + cols[1:], [
             [f"`{s}`"] + [x["ingest_tasks_s"].get(s) for x in rounds] for s in stages]),
