@@ -21,10 +21,14 @@ import pyarrow.ipc as ipc
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
+from shardline.core.idhash import id_hash64
 from shardline.core.store import ObjectStore
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 
 log = logging.getLogger(__name__)
+
+_HASH_ROWS = 1 << 16
+
 
 @dataclass(frozen=True)
 class Duplicate:
@@ -35,35 +39,52 @@ class Duplicate:
 def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Duplicate]:
     """``ok`` has columns id, source_key, source_row (rows that passed the row checks);
     ``published`` is, for each row of ``ok``, whether its id is published (a boolean array,
-    from ``ledger.published_in``), or the published ids themselves (small histories)."""
-    if ok.num_rows == 0:
+    from ``ledger.published_in``), or the published ids themselves (small histories).
+
+    Vectorised: the rows are ordered and the repeated ids found with Arrow and numpy (a
+    64-bit hash of each id narrows the candidates, equal strings decide), so the driver's
+    Python work and memory follow the duplicates, not the batch (10M clean rows: no Python
+    object per row)."""
+    n = ok.num_rows
+    if n == 0:
         return []
-    order = pc.sort_indices(ok, sort_keys=[("source_key", "ascending"),
-                                           ("source_row", "ascending")]).to_pylist()
-    ids = ok.column("id").to_pylist()
-    keys = ok.column("source_key").to_pylist()
-    rows = ok.column("source_row").to_pylist()
     if isinstance(published, np.ndarray):
-        if len(published) != ok.num_rows:
-            raise ValueError(f"published mask has {len(published)} entries for "
-                             f"{ok.num_rows} rows")
-        in_published = published.tolist()
+        if len(published) != n:
+            raise ValueError(f"published mask has {len(published)} entries for {n} rows")
+        in_published = published.astype(bool, copy=False)
+    elif len(published):
+        in_published = pc.is_in(ok.column("id"), value_set=published).to_numpy(
+            zero_copy_only=False).astype(bool)
     else:
-        in_published = pc.is_in(ok.column("id"), value_set=published).to_pylist() \
-            if len(published) else [False] * ok.num_rows
+        in_published = np.zeros(n, bool)
+    order = pc.sort_indices(ok, sort_keys=[("source_key", "ascending"),
+                                           ("source_row", "ascending")]).to_numpy()
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n)                     # position of each row in (key, row) order
+    ids_col = ok.column("id")
+    hashes = np.concatenate([id_hash64(ids_col.slice(i, _HASH_ROWS))     # bounded scratch
+                             for i in range(0, n, _HASH_ROWS)])
+    _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
+    candidates = np.flatnonzero((counts[inverse] > 1) | in_published)
+    if candidates.size == 0:
+        return []
+    candidates = candidates[np.argsort(rank[candidates], kind="stable")]
+    pick = pa.array(candidates)
+    ids = ok.column("id").take(pick).to_pylist()
+    keys = ok.column("source_key").take(pick).to_pylist()
+    rows = ok.column("source_row").take(pick).to_pylist()
     first: dict[str, int] = {}
     out = []
-    for i in order:
-        rid = ids[i]
+    for c, (i, rid) in enumerate(zip(candidates.tolist(), ids, strict=True)):
         if in_published[i]:
-            out.append(Duplicate(i, f"{keys[i]} row {rows[i]}: id {rid!r} is already in a "
+            out.append(Duplicate(i, f"{keys[c]} row {rows[c]}: id {rid!r} is already in a "
                                     "published version; give the row a new id to add it"))
         elif rid in first:
             j = first[rid]
-            out.append(Duplicate(i, f"{keys[i]} row {rows[i]}: id {rid!r} already appears at "
+            out.append(Duplicate(i, f"{keys[c]} row {rows[c]}: id {rid!r} already appears at "
                                     f"{keys[j]} row {rows[j]} in this batch (that row was kept)"))
         else:
-            first[rid] = i
+            first[rid] = c
     return out
 
 

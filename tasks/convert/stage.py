@@ -18,9 +18,9 @@ import functools
 import json
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -67,8 +67,8 @@ class Converted:
 
     @property
     def by_rule(self) -> dict[str, int]:
-        rules = self.rows.column("rule").drop_null().to_pylist()
-        return dict(sorted(Counter(rules).items()))
+        counts = pc.value_counts(self.rows.column("rule").drop_null()).to_pylist()
+        return dict(sorted((c["values"], c["counts"]) for c in counts))
 
     def quarantine_examples(self, n: int = 50) -> list[dict]:
         bad = self.rows.filter(pc.not_equal(self.rows.column("status"), "ok"))
@@ -139,19 +139,20 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     ok = rows.filter(ok_mask)
     dups = find_duplicates(ok, published_in(store, latest.batches if latest else [],
                                             ok.column("id")))
-    status = rows.column("status").to_pylist()
-    rule = rows.column("rule").to_pylist()
+    status, rule = rows.column("status"), rows.column("rule")
     if dups:
         data, dq = remove_duplicates(store, cfg, run_id, ok, dups,
                                      data)
         quarantine.append(dq)
-        ok_positions = [i for i, s in enumerate(status) if s == "ok"]
-        for d in dups:
-            status[ok_positions[d.meta_index]] = "quarantined"
-            rule[ok_positions[d.meta_index]] = "duplicate_id"
+        ok_positions = np.flatnonzero(ok_mask.to_numpy(zero_copy_only=False))
+        hit = np.zeros(rows.num_rows, bool)
+        hit[ok_positions[[d.meta_index for d in dups]]] = True
+        dup = pa.array(hit)
+        status = pc.if_else(dup, "quarantined", status)
+        rule = pc.if_else(dup, "duplicate_id", rule)
     table = pa.table({
         "id": rows.column("id"), "label": rows.column("label"),
         "source_key": rows.column("source_key"), "source_row": rows.column("source_row"),
-        "status": pa.array(status, pa.string()), "rule": pa.array(rule, pa.string()),
+        "status": pc.cast(status, pa.string()), "rule": pc.cast(rule, pa.string()),
     })
     return Converted(batch, run_id, latest.version if latest else None, data, quarantine, table)

@@ -188,3 +188,48 @@ def test_plan_groups_keeps_slices_of_one_object_apart_and_whole():
         (*parts, Part.of(other)), key=lambda p: (p.key, p.start))
     # the four slices are the four largest units: one per task
     assert all(sum(p.key == "big.jsonl" for p in g) == 1 for g in groups)
+
+
+def _reference_duplicates(ok: pa.Table, published: set[str]) -> dict[int, str]:
+    """The rule spelled out one row at a time: (key, row) order, first occurrence wins,
+    a published id always loses. Index -> 'published' | index of the kept row."""
+    order = sorted(range(ok.num_rows), key=lambda i: (ok["source_key"][i].as_py(),
+                                                     ok["source_row"][i].as_py()))
+    first: dict[str, int] = {}
+    out: dict[int, str] = {}
+    for i in order:
+        rid = ok["id"][i].as_py()
+        if rid in published:
+            out[i] = "published"
+        elif rid in first:
+            out[i] = f"kept {first[rid]}"
+        else:
+            first[rid] = i
+    return out
+
+
+def test_vectorised_duplicates_match_the_row_by_row_rule():
+    import random
+
+    import numpy as np
+
+    rng = random.Random(11)
+    for trial in range(40):
+        n = rng.randint(1, 400)
+        pool = [f"id{rng.randint(0, n)}" for _ in range(n)]       # many repeats
+        ok = pa.table({"id": pool,
+                       "source_key": [f"k{rng.randint(0, 5)}" for _ in range(n)],
+                       "source_row": rng.sample(range(10 * n), n)})
+        published = set(rng.sample(pool, rng.randint(0, min(5, n))))
+        want = _reference_duplicates(ok, published)
+        as_ids = find_duplicates(ok, pa.array(sorted(published), pa.string()))
+        as_mask = find_duplicates(ok, np.array([i in published for i in pool]))
+        for dups in (as_ids, as_mask):
+            assert {d.meta_index for d in dups} == set(want), trial
+            for d in dups:
+                if want[d.meta_index] == "published":
+                    assert "published version" in d.message
+                else:
+                    k = int(want[d.meta_index].split()[1])
+                    kept = f"{ok['source_key'][k].as_py()} row {ok['source_row'][k].as_py()}"
+                    assert f"already appears at {kept} in" in d.message
