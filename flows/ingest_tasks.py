@@ -26,6 +26,7 @@ from shardline.core.errors import (
     ObjectChanged,
     ObjectExists,
     PublishConflict,
+    ServiceUnavailable,
     StoreError,
     ValidationFailed,
     is_transient,
@@ -86,7 +87,11 @@ def _transient(task: Any, task_run: Any, state: Any) -> bool:
 
 def _environment_failure(exc: BaseException) -> bool:
     """A failure of the run's environment, not of the batch: transient store errors, also
-    when they come back from a Spark task as text inside Spark's own exception."""
+    when they come back from a Spark task as text inside Spark's own exception; a wrong
+    configuration (it would strike, and then set aside, every upload it meets); a lost
+    publish race; Spark or another service being down."""
+    if isinstance(exc, ConfigError | PublishConflict | ServiceUnavailable):
+        return True
     text = str(exc)
     return is_transient(exc) or "TransientStoreError" in text or "ObjectChanged" in text
 

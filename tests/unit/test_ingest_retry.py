@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from shardline.core.errors import (
+    ConfigError,
     PermanentStoreError,
     PublishConflict,
+    ServiceUnavailable,
     StoreError,
     TransientStoreError,
     ValidationFailed,
@@ -53,6 +55,9 @@ def test_gives_up_after_the_attempts_with_the_last_conflict():
     (RuntimeError("Python worker failed: ... TransientStoreError: get s3://b/k"), True),
     (PermanentStoreError("no such key"), False), (StoreError("bad manifest"), False),
     (RuntimeError("worker crashed"), False), (ValueError("x"), False),
+    (ConfigError("holdout_fraction 0.2 differs from the dataset's 0.15"), True),
+    (PublishConflict("lost the race"), True),
+    (ServiceUnavailable("Spark Connect", "sc://127.0.0.1:1", "refused", "start it"), True),
 ])
 def test_only_environment_failures_spare_the_batch_a_strike(exc, env):
     assert _environment_failure(exc) is env
