@@ -29,6 +29,10 @@ class Source:
 class Batch:
     id: str
     sources: tuple[Source, ...]
+    # the latest version whose sources detect counted as claimed (0: none yet; None: not
+    # known, e.g. a batch built by hand): publish checks the batches after it for sources
+    # this batch shares with them (tasks.publish)
+    seen_version: int | None = None
 
     @property
     def bytes(self) -> int:

@@ -12,6 +12,7 @@ The core of it, :func:`new_sources`, is a pure function of (listing, claimed, st
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.store import ObjectInfo, ObjectStore
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
-from shardline.tasks.ledger import claimed_sources
+from shardline.tasks.ledger import claimed_as_of
 from shardline.tasks.setaside import Strikes, next_sources
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,10 @@ def detect(store: ObjectStore, cfg: DatasetConfig) -> Batch | None:
         if (key, etag) in listed:
             log.warning("s3://%s/%s (ETag %s) is set aside: %s; upload it again (fixed) to "
                         "retry it", store.bucket, key, etag, why[:300])
-    batch = new_sources(sources, claimed_sources(store, cfg) | set(aside), strikes)
+    claimed, seen = claimed_as_of(store, cfg)
+    batch = new_sources(sources, claimed | set(aside), strikes)
+    if batch is not None:
+        batch = dataclasses.replace(batch, seen_version=seen)
     if batch is None:
         log.info("nothing new under s3://%s/%s (%d sources, all ingested)",
                  store.bucket, cfg.incoming, len(sources))

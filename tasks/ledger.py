@@ -49,6 +49,12 @@ _CLAIMS_SCHEMA = pa.schema([("batch", pa.string()), ("key", pa.string()),
 
 def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, str]]:
     """(key, ETag) of every source that entered a published version."""
+    return claimed_as_of(store, cfg)[0]
+
+
+def claimed_as_of(store: ObjectStore, cfg: DatasetConfig) -> tuple[set[tuple[str, str]], int]:
+    """``claimed_sources`` and the latest version it covers (0: no version): every source
+    of that version and of the versions before it is in the set."""
     docs_prefix = layout.batches_prefix(cfg.prefix)
     docs: dict[str, str] = {}                      # batch id -> claim document key
     for o in store.list(docs_prefix):
@@ -75,7 +81,7 @@ def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, st
                             b.id, b.version)
                 m = read_manifest(store, cfg.prefix, b.version)
                 claimed.update((s.key, s.etag) for s in m.sources)
-    return claimed
+    return claimed, latest.version if latest is not None else 0
 
 
 def _read_checkpoint(store: ObjectStore, key: str) -> dict[str, list[tuple[str, str]]]:

@@ -85,12 +85,18 @@ def _check_rebase(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
     """Ids were de-duplicated against ``conv.base_version``; batches published since then
     must share neither ids nor sources with this one (a source whose rows were all
     quarantined has no id to collide on, but counting it twice breaks exactly-once)."""
-    if latest is None or latest.version == conv.base_version:
+    base = conv.base_version or 0      # ids were checked against the versions up to this
+    seen = conv.batch.seen_version     # sources were counted as claimed up to this
+    # detect runs before convert reads the latest version: a source published in between
+    # had its rows quarantined as duplicate_id here, so sources are checked from detect on
+    src_from = base if seen is None else min(seen, base)
+    if latest is None or latest.version <= src_from:
         return
-    base = conv.base_version
-    newer = [b for b in latest.batches if base is None or b.version > base]
+    newer = [b for b in latest.batches if b.version > base]
     mine = {(s.key, s.etag) for s in conv.batch.sources}
-    for b in newer:
+    for b in latest.batches:
+        if b.version <= src_from:
+            continue
         theirs = {(s.key, s.etag) for s in read_manifest(store, cfg.prefix, b.version).sources}
         shared = sorted(k for k, _ in mine & theirs)
         if shared:
@@ -98,6 +104,8 @@ def _check_rebase(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
                 f"batch {conv.batch.id}: {len(shared)} source(s) (e.g. {shared[0]}) were "
                 f"published concurrently by version {b.version} after this run detected them; "
                 "nothing was published. Re-run ingest: detect leaves them out now.")
+    if not newer:
+        return
     since = load_published_ids(store, newer)
     overlap = pc.is_in(conv.published_ids(), value_set=since)
     n = pc.sum(overlap).as_py() or 0

@@ -143,10 +143,14 @@ def test_conversion_failures_are_bisected_down_to_the_failing_source(store):
     assert nxt is not None and nxt.sources == (y,)
 
 
-def test_a_source_shared_by_racing_batches_is_counted_once(store, spark):
-    """Two ingests detected overlapping batches; the shared object's rows are all quarantined,
-    so no id collides. The later publish must still refuse (the object is in the earlier
-    version), and the next run publishes only what is left: every row exactly once."""
+@pytest.mark.parametrize("raced", ["after_convert", "between_detect_and_convert"])
+def test_a_source_shared_by_racing_batches_is_counted_once(store, spark, raced):
+    """Two ingests detected overlapping batches; the earlier publishes first, either after
+    the later one converted (the shared object's rows are all quarantined, so no id
+    collides) or between the later one's detect and convert (its good rows would be
+    quarantined as duplicate_id). The later publish must refuse either way (the object is
+    in the earlier version), and the next run publishes only what is left: every row
+    exactly once."""
     from shardline.core.errors import PublishConflict
     from shardline.tasks.batch import Batch, batch_id
 
@@ -157,23 +161,31 @@ def test_a_source_shared_by_racing_batches_is_counted_once(store, spark):
     store.put_bytes(f"{IN}a.jsonl", jsonl_bytes(good_a))
     store.put_bytes(f"{IN}b.jsonl", jsonl_bytes(good_b))
     everything = detect(store, cfg)
-    assert everything is not None
+    assert everything is not None and everything.seen_version == 0
     by_key = {s.key: s for s in everything.sources}
 
     def batch_of(*names: str) -> Batch:
         srcs = tuple(by_key[f"{IN}{n}"] for n in names)
-        return Batch(batch_id(srcs), srcs)
+        return Batch(batch_id(srcs), srcs, seen_version=0)    # both detected at version 0
 
-    convs = []
-    for b in (batch_of("a.jsonl", "shared.jsonl"), batch_of("b.jsonl", "shared.jsonl")):
-        conv = convert(store, cfg, spark, b, uuid.uuid4().hex[:12], None)   # both at base 0
+    def converted(b: Batch):
+        conv = convert(store, cfg, spark, b, uuid.uuid4().hex[:12],
+                       latest_manifest(store, cfg.prefix))
         report = validate(store, cfg, conv)
         require_success(report, b.id)
-        convs.append((conv, report))
-    first = publish(store, cfg, *convs[0])
+        return conv, report
+
+    batch_a, batch_b = batch_of("a.jsonl", "shared.jsonl"), batch_of("b.jsonl", "shared.jsonl")
+    if raced == "after_convert":
+        conv_a, conv_b = converted(batch_a), converted(batch_b)   # both against version 0
+        first = publish(store, cfg, *conv_a)
+    else:
+        first = publish(store, cfg, *converted(batch_a))
+        conv_b = converted(batch_b)                               # against version 1
+        assert conv_b[0].base_version == 1
     assert first.created and first.version == 1
     with pytest.raises(PublishConflict, match="shared.jsonl"):
-        publish(store, cfg, *convs[1])
+        publish(store, cfg, *conv_b)
     again = ingest_once(store, cfg, spark)                     # detect: b.jsonl alone
     assert again is not None and again.created and again.version == 2
     m = latest_manifest(store, cfg.prefix)
