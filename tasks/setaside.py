@@ -104,7 +104,7 @@ class Strike:
     """One failed run's record: who was suspected, in what order it happened."""
 
     run: str
-    order: tuple[float, str]               # (time recorded, object key): total order
+    order: tuple[float, float, str]  # (store's LastModified, writer's time, key): total order
     suspects: frozenset[SourceId]
     final: bool
     reason: str
@@ -123,9 +123,9 @@ class Strikes:
             if not o.key.endswith(".json"):
                 continue
             d = store.get_json(o.key)
-            at = d.get("at")
-            order = (float(at) if isinstance(at, int | float) else
-                     o.last_modified.timestamp(), o.key)
+            at = d.get("at")        # the writer's clock: only breaks ties within a second
+            order = (o.last_modified.timestamp(),
+                     float(at) if isinstance(at, int | float) else 0.0, o.key)
             docs.append(Strike(
                 run=str(d["run"]), order=order,
                 suspects=frozenset((s["key"], s["etag"]) for s in d.get("suspects", [])),
@@ -172,7 +172,7 @@ def next_sources(fresh: Sequence[Source], strikes: Strikes) -> tuple[Source, ...
         groups.setdefault(doc.run, []).append(s)
         by_run[doc.run] = doc
 
-    def rank(run: str) -> tuple[int, tuple[float, str]]:
+    def rank(run: str) -> tuple[int, tuple[float, float, str]]:
         return len(groups[run]), by_run[run].order     # smallest group, oldest strike first
 
     run = min(groups, key=rank)

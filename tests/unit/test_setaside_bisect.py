@@ -47,7 +47,7 @@ def _simulate(n: int, poison: set[int], *, arrivals: dict[int, list[int]] | None
         ids = {int(s.key[-11:-6]) for s in batch.sources}
         if ids & poison:
             strikes.docs.append(Strike(
-                run=f"r{runs}", order=(float(runs), f"r{runs}"), final=False,
+                run=f"r{runs}", order=(float(runs), 0.0, f"r{runs}"), final=False,
                 suspects=frozenset((s.key, s.etag) for s in batch.sources),
                 reason=f"convert failed in run r{runs}: executor lost"))
         else:
@@ -90,8 +90,8 @@ def test_a_clean_upload_is_published_by_the_next_run_whatever_failed_before():
 
 def test_a_group_that_did_not_fail_together_is_tried_whole():
     a, b, c, d = (_src(i) for i in range(4))
-    struck = Strikes([Strike("r1", (1.0, "r1"), frozenset((s.key, s.etag) for s in (a, b, c, d)),
-                             False, "convert failed")])
+    four = frozenset((s.key, s.etag) for s in (a, b, c, d))
+    struck = Strikes([Strike("r1", (1.0, 0.0, "r1"), four, False, "convert failed")])
     assert next_sources((a, b, c, d), struck) == (a, b)          # failed together: halve
     assert next_sources((c, d), struck) == (c, d)                # a, b published since
     assert next_sources((a, b, c, d, _src(9)), struck) == (_src(9),)   # clean first
@@ -100,10 +100,10 @@ def test_a_group_that_did_not_fail_together_is_tried_whole():
 def test_a_source_is_set_aside_only_once_it_failed_alone():
     a, b = _src(0), _src(1)
     both = frozenset((s.key, s.etag) for s in (a, b))
-    s = Strikes([Strike("r1", (1.0, "r1"), both, False, "x"),
-                 Strike("r2", (2.0, "r2"), both, False, "x")])
+    s = Strikes([Strike("r1", (1.0, 0.0, "r1"), both, False, "x"),
+                 Strike("r2", (2.0, 0.0, "r2"), both, False, "x")])
     assert s.aside() == {}                                       # never alone: bisect on
-    s.docs.append(Strike("r3", (3.0, "r3"), frozenset({(a.key, a.etag)}), False, "alone"))
+    s.docs.append(Strike("r3", (3.0, 0.0, "r3"), frozenset({(a.key, a.etag)}), False, "alone"))
     assert set(s.aside()) == {(a.key, a.etag)}
-    s.docs.append(Strike("r4", (4.0, "r4"), frozenset({(b.key, b.etag)}), True, "empty"))
+    s.docs.append(Strike("r4", (4.0, 0.0, "r4"), frozenset({(b.key, b.etag)}), True, "empty"))
     assert set(s.aside()) == {(a.key, a.etag), (b.key, b.etag)}   # a final strike: at once
