@@ -7,7 +7,7 @@ version with the same rows and ids (and new digests).
 Nothing a reader can see changes until the commit: the new shards and batch lists are under
 keys no version names yet. The replaced shards and batch lists stay where they are, so
 readers of older versions keep working; the sweep (``tasks.sweep``) removes them once the
-compaction is older than ``sweep_after_minutes``.
+compaction is older than ``retain_replaced_minutes``.
 
 Racing publishers: when an ingest (or another compaction) commits the version number first,
 compaction re-reads the latest version, plans again on it and retries. A group whose input

@@ -9,8 +9,8 @@
   are kept: older versions' documents reference them.
 - A compaction (``tasks.compact``) is the one commit that stops naming objects: the shards
   and batch lists it replaced. They are old files, so their age says nothing; what counts is
-  how long ago they stopped being live. Every version committed within
-  ``sweep_after_minutes`` that is a compaction keeps what its parent named, so readers of
+  how long ago they stopped being live. Every compaction committed within
+  ``retain_replaced_minutes`` (default a day) keeps what its parent named, so readers of
   the version before a compaction have that long to finish; after it they are swept.
 Readers never list these folders, so sweeping changes nothing they can see.
 """
@@ -56,7 +56,8 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
     latest = latest_manifest(store, cfg.prefix)
     live: set[str] = set()
     if latest is not None:
-        live = _named(latest) | _replaced_recently(store, cfg, cutoff)
+        live = _named(latest) | _replaced_recently(
+            store, cfg, now - timedelta(minutes=cfg.retain_replaced_minutes))
     prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
     prefixes.append(layout.batch_lists_prefix(cfg.prefix))
     orphans = [o.key for p in prefixes for o in store.list(p)

@@ -131,6 +131,9 @@ class DatasetConfig:
     limits: LimitsSpec = dataclasses.field(default_factory=LimitsSpec)
     # Staging folders and unreferenced shards older than this are swept by later runs.
     sweep_after_minutes: Float = Field(default=60.0, gt=0)
+    # Shards a compaction replaced stay this long after it, for readers (a training run, a
+    # loader) of the versions before it.
+    retain_replaced_minutes: Float = Field(default=1440.0, gt=0)
     holdout_fraction: Float = Field(
         default=HOLDOUT_FRACTION, gt=0.0, lt=1.0,
         description="share of rows (by id hash) ingest writes into held-out shards; fixed "

@@ -116,7 +116,7 @@ def test_older_version_readable_in_grace_period_then_swept(store) -> None:
 
     # after it: exactly the replaced shards and batch lists go; everything named stays
     after = sweep(store, CFG, now=datetime.now(UTC) + timedelta(
-        minutes=CFG.sweep_after_minutes + 1))
+        minutes=CFG.retain_replaced_minutes + 1))
     assert after.orphans == len(old.shards) + len(old_lists)
     left = _keys(store, "shards/") | _keys(store, "ids/") | _keys(store, "manifests/")
     assert {s.path for s in new.shards} <= left
