@@ -66,7 +66,7 @@ def st(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                store.settings)
         yield {"state": state, "stack_cfg": cfg, "env": env, "store": store,
                "cfg": load_config(cfg_path), "api": state.prefect_api_url,
-               "expected": Expected(), "next": [0], "log": []}
+               "expected": Expected(), "next": [0], "log": [], "stuck": frozenset()}
     finally:
         stack.down(home, discard=True)
 
@@ -87,6 +87,7 @@ def settle(st: dict[str, Any], timeout_s: float = 420, ignore: frozenset[str] = 
     """Wait until no ingest or train run is in flight (nightly runs hours ahead excluded;
     ``ignore``: ids of runs known to be stuck)."""
     api = st["api"]
+    ignore = ignore | st["stuck"]
     time.sleep(5)            # a trigger's debounce window and the worker's poll
     wait("no run in flight", lambda: not [r for f in ("ingest", "train")
                                           for r in in_flight(api, f) if r["id"] not in ignore],
@@ -191,9 +192,9 @@ def test_a_killed_worker_mid_ingest_publishes_once(st):
     wait("the new worker", lambda: launch.poll(120), 130)
     final = wait("the run's final state", lambda: (s := state_of(st, run["id"])) in TERMINAL
                  and s, 420)
-    stuck = stuck_pending(st)
+    stuck = st["stuck"] = stuck_pending(st)   # later cases ignore them too
     follow = nightly(st)
-    settle(st, ignore=stuck)
+    settle(st)
     check(st, "worker SIGKILLed mid-ingest", run_state=final, nightly=follow["state_type"],
           stuck_pending=sorted(stuck))
     assert final in ("COMPLETED", "CRASHED")
