@@ -31,8 +31,9 @@ takes the innocent sources of its batch with it:
 - a source is set aside once it has :data:`STRIKES` strikes and at least one of them named
   it alone (bisection came down to it), or it has a final strike.
 
-k poison sources among n cost about k·log2(n) extra runs, and every innocent source is
-published on the way.
+k poison sources among n cost about k·log2(n) extra batches, and every innocent source is
+published on the way; the ingest flow runs them in the run that saw the failure
+(``flows/ingest.py``, ``_drain``).
 
 A set-aside object comes back as soon as it is uploaded again (a new ETag is a new source),
 or when its strike documents are deleted.

@@ -130,6 +130,32 @@ def test_flow_fails_on_a_failing_suite_and_reports_it(
     assert list(store.list("lake/baddigits/versions/")) == []
 
 
+def test_a_failed_batch_is_bisected_in_the_same_run(
+        prefect_harness, stack_env, store, spark_remote, monkeypatch, tmp_path):
+    """One upload over the gate beside a clean one: the run fails its first batch, then
+    (same run) publishes the clean upload alone and sets the bad one aside after trying it
+    alone; it still ends Failed, naming the first failure."""
+    from shardline.core.config import load_config
+    from shardline.core.manifest import latest_manifest
+    from shardline.flows.ingest import ingest
+    from shardline.tasks.detect import detect
+    from shardline.tasks.setaside import set_aside
+
+    monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
+    path = write_config(tmp_path, "bisect")
+    lines = "\n".join(line for line, _ in bad_jsonl_lines()) + "\n"
+    store.put_bytes("incoming/bisect/bad.jsonl", lines.encode())          # 100 % bad
+    store.put_bytes("incoming/bisect/good.jsonl", jsonl_bytes(digits(0, 10)))
+    with pytest.raises(ValidationFailed, match="nothing was published"):
+        ingest(config=str(path))
+    cfg = load_config(path).dataset
+    m = latest_manifest(store, cfg.prefix)
+    assert m is not None and m.version == 1 and m.rows == 10
+    assert [s.key for s in m.sources] == ["incoming/bisect/good.jsonl"]
+    assert {k for k, _ in set_aside(store, cfg)} == {"incoming/bisect/bad.jsonl"}
+    assert detect(store, cfg) is None
+
+
 def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_path):
     cfg = write_config(tmp_path, "clidigits")
     store.put_bytes("incoming/clidigits/a.jsonl", jsonl_bytes(digits(0, 50)))
@@ -141,8 +167,10 @@ def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_p
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout.strip().splitlines()[-1])
-    # one small batch -> one shard holding all ten labels (shards span a batch, not a label)
-    assert out["version"] == 1 and out["rows_published"] == 50 and out["shards"] == 1
+    # one small batch -> one train shard holding all ten labels (shards span a batch, not a
+    # label) and one shard of its held-out rows
+    assert out["version"] == 1 and out["rows_published"] == 50 and out["shards"] == 2
+    assert out["more"] == []
     assert out["manifest"] == f"s3://{store.bucket}/lake/clidigits/versions/v000001.json"
     listing = subprocess.run([*cli, "versions", "--config", str(cfg), "--json"], env=env,
                              capture_output=True, text=True, timeout=120)
