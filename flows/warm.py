@@ -182,9 +182,26 @@ def _child(conn: socket.socket, req: dict[str, object], fds: list[int], engine: 
 
         traceback.print_exc()
     finally:
+        _drain_prefect()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _drain_prefect(timeout_s: float = 30.0) -> None:
+    """Send what Prefect still has queued (events such as ``shardline.dataset.published``,
+    task-run state events, API logs) before ``os._exit``, which skips the interpreter's exit
+    hooks where a cold ``prefect.engine`` process does this."""
+    for module, name in (("prefect.events.worker", "EventsWorker"),
+                         ("prefect.logging.handlers", "APILogWorker")):
+        mod = sys.modules.get(module)
+        if mod is None:
+            continue
+        try:
+            getattr(mod, name).drain_all(timeout=timeout_s)
+        except Exception as exc:    # never keep the run's process from exiting
+            print(f"shardline.flows.warm: could not flush Prefect's {name}: {exc}",
+                  file=sys.stderr, flush=True)
 
 
 def _watch_client(conn: socket.socket) -> None:

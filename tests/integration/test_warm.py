@@ -24,6 +24,17 @@ import os, sys, time
 print("ENGINE", " ".join(sys.argv[1:]), os.environ.get("RUN_VALUE"), os.getcwd(),
       os.getpid(), os.getppid(), flush=True)
 print("to stderr", file=sys.stderr, flush=True)
+if os.environ.get("RUN_QUEUED"):
+    # stands in for Prefect's events worker holding an event the run emitted last: it is
+    # sent by drain_all (a cold process's exit hooks call it; os._exit skips them)
+    import types
+    mod = types.ModuleType("prefect.events.worker")
+    class EventsWorker:
+        @classmethod
+        def drain_all(cls, timeout=None):
+            open(os.environ["RUN_QUEUED"], "w").write(f"sent {timeout}")
+    mod.EventsWorker = EventsWorker
+    sys.modules["prefect.events.worker"] = mod
 if os.environ.get("RUN_SLEEP"):
     open(os.environ["RUN_PIDFILE"], "w").write(str(os.getpid()))
     time.sleep(float(os.environ["RUN_SLEEP"]))
@@ -81,6 +92,15 @@ def test_the_run_is_a_forked_child_with_the_clients_output_env_cwd_and_exit_code
     assert words[:5] == ["ENGINE", "a1", "b2", "v-42", str(work)]
     assert int(words[6]) == proc.pid        # forked by the server, not started cold
     assert "to stderr" in err
+
+
+def test_a_run_sends_what_prefect_still_queues_before_it_exits(
+        server: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    sent = tmp_path / "sent"
+    c = client(server[0], tmp_path, RUN_QUEUED=str(sent))
+    _, err = c.communicate(timeout=60)
+    assert c.returncode == 0, err
+    assert sent.read_text().startswith("sent "), "the queued event was dropped at exit"
 
 
 def test_sigterm_to_the_client_stops_the_run_and_a_killed_client_takes_it_along(
