@@ -76,14 +76,24 @@ def state_times(api: str, flow_run_id: str) -> dict[str, float]:
 
 
 def task_points(api: str, flow_run_id: str) -> dict[str, float]:
+    """First start and last end of each stage's task runs up to the publish that completed
+    (a run goes on detecting after its version: those later task runs are not on the path
+    to the version)."""
     body = {"flow_runs": {"id": {"any_": [flow_run_id]}}, "sort": "EXPECTED_START_TIME_ASC",
             "limit": 200}
-    out: dict[str, float] = {}
+    runs: list[tuple[str, float, float, str | None]] = []
     for tr in httpx.post(f"{api}/task_runs/filter", json=body, timeout=30).json():
         name = next((t for t in TASKS if tr["name"].startswith(t + "-")
                      or tr["name"] == t), None)
         start, end = ts(tr.get("start_time")), ts(tr.get("end_time"))
-        if name is None or start is None or end is None:
+        if name is not None and start is not None and end is not None:
+            runs.append((name, start, end, tr.get("state_type")))
+    runs.sort(key=lambda r: r[1])
+    anchor = next((end for name, _, end, state in runs
+                   if name == "publish" and state == "COMPLETED"), float("inf"))
+    out: dict[str, float] = {}
+    for name, start, end, _ in runs:
+        if start > anchor and name != "sweep":
             continue
         out.setdefault(f"{name}_start", start)   # the first attempt's start
         out[f"{name}_end"] = end                 # the last attempt's end
