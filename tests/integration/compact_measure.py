@@ -87,10 +87,11 @@ def measure(store: ObjectStore, cfg: DatasetConfig) -> dict[str, object]:
     assert before is not None
     rows_before = rows_of(store, before)
     t0 = time.perf_counter()
-    r = compact(store, cfg, target_mb=64.0)
+    first = compact(store, cfg, target_mb=64.0)
     wall = time.perf_counter() - t0
     after = latest_manifest(store, cfg.prefix)
-    assert after is not None and rows_of(store, after).equals(rows_before)
+    assert first.created and after is not None and after.version == first.version
+    assert rows_of(store, after).equals(rows_before)
     t1 = time.perf_counter()
     again = compact(store, cfg, target_mb=64.0)
     rerun = time.perf_counter() - t1
