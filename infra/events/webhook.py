@@ -80,6 +80,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         # One request per connection: stopping then waits only for requests in flight.
         data = json.dumps(body).encode()
+        if status >= 400:     # counted before the reply: a client that has it sees the count
+            self.server.count_rejected(status)
+            log.warning("rejected %s %s from %s: %d %s", self.command, self.path,
+                        self.client_address[0], status, body.get("error"))
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -89,10 +93,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.end_headers()
         self.wfile.write(data)
-        if status >= 400:
-            self.server.count_rejected(status)
-            log.warning("rejected %s %s from %s: %d %s", self.command, self.path,
-                        self.client_address[0], status, body.get("error"))
 
     def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
         self.send_response(200)
