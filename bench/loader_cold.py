@@ -9,19 +9,30 @@ sample). Both move the same bytes from the same server; the ratio compares bytes
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import json
+import os
 import shutil
+import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.common import interleaved, median, ratio
-from bench.contenders import ShardlineSet
-from bench.loader_data import SetFiles
-from shardline.core.config import TrainConfig
-from shardline.core.manifest import ShardEntry
-from shardline.core.store import ObjectStore
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import interleaved, median, ratio  # noqa: E402
+from bench.contenders import ShardlineSet  # noqa: E402
+from bench.loader_data import SetFiles  # noqa: E402
+from shardline.core.config import TrainConfig  # noqa: E402
+from shardline.core.manifest import ShardEntry  # noqa: E402
+from shardline.core.store import ObjectStore  # noqa: E402
 
 
 def upload(store: ObjectStore, files: SetFiles, compression: str = "none"
@@ -86,3 +97,90 @@ def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int) -> 
         "rounds": {k: [round(v / 1e6, 1) for v in vs] for k, vs in values.items()},
         "shardline_vs_raw_get": ratio(values["shardline_cold"], values["raw_get"]),
     }
+
+
+# -- standalone: python -m bench.loader_cold [--set S|L] [--quick] [--pin off|on|both] ----
+def set_affinity(pid: int, cpus: set[int]) -> None:
+    """Pin every thread of process ``pid`` (0: this one) to ``cpus``; threads started later
+    inherit it from the thread that starts them."""
+    pid = pid or os.getpid()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):  # thread ended
+            os.sched_setaffinity(int(tid), cpus)
+
+
+class Pinning:
+    """``on``: the S3 server on the last CPU, this process on the others; ``off``: both
+    on every CPU this process was given."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid, self.cpus = server_pid, sorted(os.sched_getaffinity(0))
+
+    def apply(self, mode: str) -> None:
+        if mode == "on" and len(self.cpus) < 2:
+            raise SystemExit("--pin needs at least 2 usable CPUs")
+        server = set(self.cpus[-1:]) if mode == "on" else set(self.cpus)
+        ours = set(self.cpus[:-1]) if mode == "on" else set(self.cpus)
+        set_affinity(self.server_pid, server)
+        set_affinity(0, ours)
+
+
+def run(set_name: str, quick: bool, pin: str, rounds: int,
+        log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
+    from bench.common import machine
+    from bench.loader_data import SetSpec, pixels
+    from shardline.core.config import StoreSettings
+    from shardline.infra import procs, services
+
+    rows = {"S": 10_000 if quick else 50_000, "L": 600 if quick else 5_000}[set_name]
+    spec = SetSpec(set_name, rows, (32, 32, 3) if set_name == "S" else (224, 224, 3),
+                   512 if set_name == "S" else 256)
+    files = SetFiles(spec, *pixels(spec))
+    files.ensure("shards-none")
+    modes = ["off", "on"] if pin == "both" else [pin]
+    scratch = Path(tempfile.mkdtemp(prefix="shardline-cold-"))
+    moto = services.start_moto(procs.free_port(), scratch)
+    out: dict[str, Any] = {"part": "loader_cold", "set": set_name, "rows": rows,
+                           "quick": quick, "machine": machine(), "pin": {}}
+    pinning = Pinning(moto.pid)
+    try:
+        store = ObjectStore(StoreSettings(bucket="bench", endpoint_url=moto.url,
+                                          access_key="bench", secret_key="bench"))
+        store.ensure_bucket()
+        upload(store, files)
+        for mode in modes:
+            pinning.apply(mode)
+            out["pin"][mode] = measure(files, store, scratch, rounds)
+            log(f"{set_name} pin={mode}: ratio {out['pin'][mode]['shardline_vs_raw_get']:.3f}"
+                f" rounds {out['pin'][mode]['rounds']}")
+    finally:
+        pinning.apply("off")
+        moto.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    out["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=("S", "L"), default="S")
+    ap.add_argument("--quick", action="store_true", help="10,000 (S) / 600 (L) rows")
+    ap.add_argument("--pin", choices=("off", "on", "both"), default="off",
+                    help="on: the S3 server on the last usable CPU, the benchmark on the rest")
+    ap.add_argument("--rounds", type=int, default=None, help="default 3 (quick) or 7")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    args = ap.parse_args(argv)
+    r = run(args.set, args.quick, args.pin, args.rounds or (3 if args.quick else 7))
+    if args.json:
+        print(json.dumps(r))
+    else:
+        for mode, m in r["pin"].items():
+            print(f"{r['set']} pin={mode}: raw GET {m['raw_get_mb_per_s']:.0f} MB/s, "
+                  f"shardline {m['shardline_cold_mb_per_s']:.0f} MB/s, "
+                  f"ratio {m['shardline_vs_raw_get']:.3f}")
+        print(f"load average {r['machine']['load_avg_at_start']} -> {r['load_avg_at_end']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
