@@ -10,72 +10,36 @@ printed (not asserted).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from shardline.core.config import StoreSettings, load_config
 from shardline.core.manifest import list_versions, read_manifest
-from shardline.core.store import ObjectStore
-from shardline.infra import demo_data, procs, stack
-from shardline.infra.deploy import DeploySpec, deploy
-from shardline.infra.stack_state import StackConfig, stack_env
+from shardline.infra import demo_data
 from shardline.trainer.registry import ModelRegistry
+from tests.integration.stack_helpers import (
+    TERMINAL,
+    deployed_stack,
+    in_flight,
+    notifications_off,
+    post_created_event,
+    run_nightly_now,
+    runs,
+    wait,
+)
 
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+# tests/chaos/test_flow_kills.py imports TERMINAL, in_flight, runs and wait from here
 
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("stack")
-    cfg_path = home / "e2e.toml"
-    cfg_path.write_text(Path("examples/digits.toml").read_text()
-                        .replace('name = "digits"', 'name = "e2e"')
-                        .replace('incoming = "incoming/digits/"', 'incoming = "incoming/e2e/"')
-                        .replace("epochs = 8", "epochs = 2"))
-    ports = {"s3": procs.free_port(), "prefect": procs.free_port(), "spark": procs.free_port()}
-    cfg = StackConfig.resolve(home=home, ports=ports, bucket="e2e-bucket")
-    try:
-        state = stack.up(cfg).state
-        env = stack_env(state)
-        store = ObjectStore(StoreSettings.from_env(env))
-        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url), store.settings)
-        yield {"state": state, "env": env, "store": store, "config": cfg_path,
-               "cfg": load_config(cfg_path), "api": state.prefect_api_url, "home": home}
-    finally:
-        stack.down(home, discard=True)
-
-
-def runs(api: str, flow: str) -> list[dict[str, Any]]:
-    body = {"flows": {"name": {"any_": [flow]}}, "sort": "EXPECTED_START_TIME_ASC",
-            "limit": 200}
-    return httpx.post(f"{api}/flow_runs/filter", json=body, timeout=10).json()
-
-
-def in_flight(api: str, flow: str) -> list[dict[str, Any]]:
-    """Runs not finished yet, ignoring the nightly schedule's runs hours ahead."""
-    soon = datetime.now(UTC) + timedelta(minutes=10)
-    return [r for r in runs(api, flow) if r["state_type"] not in TERMINAL and
-            datetime.fromisoformat(r["expected_start_time"]) < soon]
-
-
-def wait(what: str, fn: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+    with deployed_stack(tmp_path_factory.mktemp("stack"), "e2e", epochs=2) as handles:
+        yield handles
 
 
 def finished(api: str, flow: str, pred: Any) -> list[dict[str, Any]]:
@@ -132,13 +96,7 @@ def test_the_same_upload_notified_twice_makes_one_version(embedded: dict[str, An
     store.put_bytes(key, body)      # the same bytes again: two more notifications, same ETag
     store.put_bytes(key, body)
     before = len(finished(api, "ingest", lambda r: True))
-    info = store.head(key)
-    event = {"id": str(uuid.uuid4()), "occurred": datetime.now(UTC).isoformat(),
-             "event": "s3.object.created",
-             "resource": {"prefect.resource.id": f"s3://{store.bucket}/{key}"},
-             "payload": {"bucket": store.bucket, "key": key, "size": info.size,
-                         "etag": info.etag}}
-    assert httpx.post(f"{api}/events", json=[event], timeout=10).status_code == 204
+    post_created_event(api, store, key, str(uuid.uuid4()))
     wait("the duplicate's ingest run", lambda: len(finished(api, "ingest", lambda r: True))
          > before, 180)
     wait("no ingest run in flight", lambda: not in_flight(api, "ingest"), 120)
@@ -151,24 +109,12 @@ def test_the_same_upload_notified_twice_makes_one_version(embedded: dict[str, An
 
 def test_the_nightly_deployment_picks_up_what_events_missed(embedded: dict[str, Any]) -> None:
     store, api, cfg = embedded["store"], embedded["api"], embedded["cfg"]
-    client = store.client
-    saved = client.get_bucket_notification_configuration(Bucket=store.bucket)
-    saved.pop("ResponseMetadata", None)
-    client.put_bucket_notification_configuration(Bucket=store.bucket,
-                                                 NotificationConfiguration={})
-    try:
+    with notifications_off(store):
         store.put_bytes(f"{cfg.dataset.incoming}part-2/digits.csv",
                         demo_data.csv_bytes(demo_data.digits(600, 900)))
         time.sleep(3)
         assert list_versions(store, cfg.dataset.prefix) == [1]   # no event, no ingest
-    finally:
-        client.put_bucket_notification_configuration(Bucket=store.bucket,
-                                                     NotificationConfiguration=saved)
-    env = {**os.environ, **embedded["env"], "PREFECT_API_URL": api}
-    run = subprocess.run([str(Path(sys.executable).parent / "prefect"), "deployment", "run",
-                          "ingest/ingest-nightly"], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    run_nightly_now(embedded["env"], api)
     wait("version 2", lambda: list_versions(store, cfg.dataset.prefix) == [1, 2], 240)
     m2 = read_manifest(store, cfg.dataset.prefix, 2)
     assert m2.new_rows == 300 and m2.parent == 1
