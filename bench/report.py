@@ -1,7 +1,8 @@
 """``docs/benchmarks.md`` and its plots from ``bench/results/{loader,convert,pipeline,gpu}.json``.
 
 The prose lives in ``bench/report_template.md``; ``{name}`` placeholders there are filled
-with tables and figures built here. Plots are PNGs under ``docs/bench/``.
+with tables and figures built here. Plots are PNGs under ``docs/bench/``. The scale section
+(``bench/scale_report.py`` writes it, between its markers) is kept as it is.
 
     .venv/bin/python -m bench.report
 """
@@ -22,6 +23,9 @@ from bench.common import RESULTS, fmt, print_table  # noqa: E402
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOTS = ROOT / "docs" / "bench"
 TEMPLATE = Path(__file__).with_name("report_template.md")
+# the scale section's markers: bench/scale_report.py writes what lies between them from its own
+# result, and a rewrite here keeps it
+SCALE_BEGIN, SCALE_END = "<!-- scale:begin -->", "<!-- scale:end -->"
 
 
 def _load(part: str) -> dict[str, Any] | None:
@@ -228,9 +232,30 @@ class _Missing(dict):  # type: ignore[type-arg,unused-ignore]
         return f"(not measured yet: {key})"
 
 
-def write_report(path: Path = DOC) -> Path:
+def keep_scale_section(old: str, new: str) -> str:
+    """``new`` with the scale section of ``old`` (markers included) as it was: in place of
+    ``new``'s own section if it has one, else at the end, where ``bench/scale_report.py``
+    first puts it. ``new`` unchanged when ``old`` has no complete section."""
+    start = old.find(SCALE_BEGIN)
+    end = old.find(SCALE_END, start + 1)
+    if start < 0 or end < 0:
+        return new
+    kept = old[start:end + len(SCALE_END)]
+    a = new.find(SCALE_BEGIN)
+    b = new.find(SCALE_END, a + 1)
+    if a >= 0 and b >= 0:
+        return new[:a] + kept + new[b + len(SCALE_END):]
+    return new.rstrip("\n") + "\n\n" + kept + "\n"
+
+
+def write_report(path: Path = DOC, body: str | None = None) -> Path:
+    """Rewrite ``path`` from the template and the results (``body``: that text, already
+    rendered), keeping the scale section already in ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(TEMPLATE.read_text().format_map(_Missing(fields())))
+    if body is None:
+        body = TEMPLATE.read_text().format_map(_Missing(fields()))
+    old = path.read_text() if path.is_file() else ""
+    path.write_text(keep_scale_section(old, body))
     return path
 
 
