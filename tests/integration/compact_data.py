@@ -1,6 +1,7 @@
 """Datasets with many small shards for the compaction tests: label-partitioned batches of
 digits built by the builder ingest uses (``trainer_data``), and the same history rewritten
-as format-1 documents (what code before format 2 wrote)."""
+as format-1 documents (what code before format 2 wrote; the manifest-format tests use that
+too)."""
 
 from __future__ import annotations
 
@@ -44,24 +45,26 @@ def expected_ids(batches: int = BATCHES) -> list[str]:
     return sorted(ids[: batches * ROWS])
 
 
+def format1_doc(m: Manifest) -> dict:
+    """Version ``m`` as the code before format 2 wrote it: one cumulative document."""
+    q = m.quarantine
+    return {
+        "dataset": m.dataset, "version": m.version, "parent": m.parent,
+        "created_at": m.created_at, "schema": m.schema.__dict__,
+        "shards": [{k: x for k, x in s.__dict__.items() if k != "label_counts"}
+                   for s in m.shards],
+        "new_shards": m.new_shards, "batches": [b.__dict__ for b in m.batches],
+        "sources": [s.__dict__ for s in m.sources], "validation": m.validation.__dict__,
+        "quarantine": {"rows": q.rows, "by_rule": q.by_rule, "total_rows": q.total_rows,
+                       "shards": [s.__dict__ for s in q.shards]},
+        "code_version": m.code_version, "config": m.config, "format": 1,
+    }
+
+
 def as_format1(store: ObjectStore, prefix: str, versions: int) -> None:
     """Rewrite versions 1..``versions`` as format-1 documents and drop every format-2/3
     manifest object: the dataset as the old code left it."""
-    docs = {}
-    for v in range(1, versions + 1):
-        m = read_manifest(store, prefix, v)
-        q = m.quarantine
-        docs[v] = {
-            "dataset": m.dataset, "version": m.version, "parent": m.parent,
-            "created_at": m.created_at, "schema": m.schema.__dict__,
-            "shards": [{k: x for k, x in s.__dict__.items() if k != "label_counts"}
-                       for s in m.shards],
-            "new_shards": m.new_shards, "batches": [b.__dict__ for b in m.batches],
-            "sources": [s.__dict__ for s in m.sources], "validation": m.validation.__dict__,
-            "quarantine": {"rows": q.rows, "by_rule": q.by_rule, "total_rows": q.total_rows,
-                           "shards": [s.__dict__ for s in q.shards]},
-            "code_version": m.code_version, "config": m.config, "format": 1,
-        }
+    docs = {v: format1_doc(read_manifest(store, prefix, v)) for v in range(1, versions + 1)}
     store.delete(o.key for o in store.list(layout.manifests_prefix(prefix)))
     store.delete(layout.version_key(prefix, v) for v in docs)
     for v, doc in docs.items():

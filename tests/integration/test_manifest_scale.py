@@ -10,9 +10,10 @@ import statistics
 import time
 
 from shardline.core import layout
-from shardline.core.manifest import Manifest, list_versions, read_manifest
+from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import digits, jsonl_bytes
+from tests.integration.compact_data import as_format1
 from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
 
 IN = "incoming/digits/"
@@ -61,31 +62,13 @@ def test_twelve_versions_small_documents_exact_shard_sets(store, spark) -> None:
     assert_exactly_once(store, m12, [d.id for d in digits(0, 12 * ROWS)], [])
 
 
-def _as_format1(m: Manifest) -> dict:
-    """Version ``m`` as the code before format 2 wrote it: one cumulative document."""
-    q = m.quarantine
-    return {
-        "dataset": m.dataset, "version": m.version, "parent": m.parent,
-        "created_at": m.created_at, "schema": m.schema.__dict__,
-        "shards": [{k: v for k, v in s.__dict__.items() if k != "label_counts"}
-                   for s in m.shards],
-        "new_shards": m.new_shards, "batches": [b.__dict__ for b in m.batches],
-        "sources": [s.__dict__ for s in m.sources], "validation": m.validation.__dict__,
-        "quarantine": {"rows": q.rows, "by_rule": q.by_rule, "total_rows": q.total_rows,
-                       "shards": [s.__dict__ for s in q.shards]},
-        "code_version": m.code_version, "config": m.config, "format": 1,
-    }
-
-
 def test_format1_history_loads_and_the_next_publish_continues_it(store, spark) -> None:
     cfg = dataset_config()
     _upload(store, 0)
     assert run_pipeline(store, cfg, spark) is not None
     # make version 1 a format-1 document, with no format-2 objects around it
-    v1 = _as_format1(read_manifest(store, cfg.prefix, 1))
-    store.delete(o.key for o in store.list(layout.manifests_prefix(cfg.prefix)))
-    store.delete([layout.version_key(cfg.prefix, 1)])
-    store.put_json(layout.version_key(cfg.prefix, 1), v1)
+    as_format1(store, cfg.prefix, 1)
+    v1 = json.loads(store.get_bytes(layout.version_key(cfg.prefix, 1)))
     old = read_manifest(store, cfg.prefix, 1)
     assert old.format == 1 and [s.path for s in old.shards] == [s["path"] for s in v1["shards"]]
     assert old.rows == ROWS and old.validation.success and old.schema.shape == [8, 8, 1]
