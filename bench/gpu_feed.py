@@ -1,9 +1,10 @@
 """GPU feed: can the shardline loader keep a compiled ResNet-18 busy?
 
 A ResNet-18-style network (``trainer.model.ResNetStyle``, width 64, 4 stages of 2 basic
-blocks, CIFAR-style stem) trains on S-size batches (256 x 32x32x3) with bf16 autocast and
-``torch.compile``, with the trainer's own step (``trainer.loop.train_step``: non-blocking
-copy from the pinned batch buffer, buffer handed back after the copy). Two feeds, in
+blocks, CIFAR-style stem) trains on S-size batches (256 x 32x32x3) with bf16 autocast,
+built as ``train`` builds it (``trainer.accel``: fused AdamW, ``torch.compile``
+``reduce-overhead``, TF32 on CUDA), with the trainer's own step (``trainer.loop.train_step``:
+non-blocking copy from the pinned batch buffer, buffer handed back after the copy). Two feeds, in
 interleaved rounds: the shardline loader (warm cache, prefetch thread as on CUDA) and
 synthetic tensors already on the GPU (the step's upper bound). Reported: samples/s of both,
 their ratio (bar >= 0.95) and the share of wall time the loop waited for data.
@@ -35,11 +36,12 @@ from bench.contenders import BATCH, ShardlineSet  # noqa: E402
 from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
 from shardline.core.config import StoreSettings  # noqa: E402
 from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.trainer.accel import optimizer_impl, optimizer_kwargs  # noqa: E402
+from shardline.trainer.accel import apply_backends, compiled, plan_step  # noqa: E402
 from shardline.trainer.device import Placement, choose  # noqa: E402
 from shardline.trainer.dist import DistInfo  # noqa: E402
 from shardline.trainer.loop import _Running, train_step  # noqa: E402
 from shardline.trainer.model import arch, build_model  # noqa: E402
+from shardline.trainer.parent import make_optimizer  # noqa: E402
 
 
 class _OnDevice:
@@ -93,12 +95,13 @@ def run(steps: int | None = None, rounds: int = 5, rows: int = 50_000) -> dict[s
     store = ObjectStore(StoreSettings(bucket="unused", endpoint_url="http://127.0.0.1:9"))
     s = ShardlineSet(files, "none", store, pin_memory=cuda)
     torch.manual_seed(0)
+    # the step as `train` builds it (trainer.accel): on CUDA fused AdamW, compile
+    # reduce-overhead, TF32 and cudnn.benchmark; on the CPU eager and for-loop AdamW
+    plan = plan_step("auto", "auto", None, None, cuda=cuda, distributed=False)
+    apply_backends(plan)
     model = place.prepare(build_model(arch("resnet", width, 4, spec.shape, 10)))
-    # the trainer's optimizer choice (trainer.accel): fused AdamW on CUDA, for-loop on CPU
-    impl = optimizer_impl("auto", cuda)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs(impl))
-    if cuda:
-        model = torch.compile(model)  # type: ignore[assignment]
+    opt = make_optimizer(model, 1e-3, 0.01, plan.optimizer)
+    model = compiled(model, plan)
     synthetic = _OnDevice(place, spec.shape)
     waits: dict[str, list[float]] = {"shardline": [], "synthetic": []}
     warm = 30 if cuda else 1
@@ -117,7 +120,7 @@ def run(steps: int | None = None, rounds: int = 5, rows: int = 50_000) -> dict[s
     s.close()
     result: dict[str, Any] = {
         "part": "gpu", "machine": machine(), "device": str(place.device), "amp": place.amp,
-        "compiled": cuda, "optimizer": f"AdamW ({impl})",
+        "compiled": plan.compile_mode or "no", "optimizer": f"AdamW ({plan.optimizer})",
         "model": f"ResNet-18-style (trainer.model.ResNetStyle width {width} "
                  "depth 4)",
         "batch_size": BATCH, "steps_per_round": steps, "rounds": rounds,

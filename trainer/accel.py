@@ -100,3 +100,11 @@ def apply_backends(plan: StepPlan) -> None:
         torch.backends.cudnn.allow_tf32 = True
     if plan.cudnn_benchmark:
         torch.backends.cudnn.benchmark = True
+
+
+def compiled(model: torch.nn.Module, plan: StepPlan) -> torch.nn.Module:
+    """``model`` under ``torch.compile`` in the plan's mode (itself when the plan is eager).
+    The one place the trainer and the step benchmark (``bench/gpu_step.py``) compile."""
+    if plan.compile_mode is None:
+        return model
+    return torch.compile(model, mode=plan.compile_mode)  # type: ignore[return-value]

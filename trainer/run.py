@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shardline.core.config import Config
 from shardline.core.store import ObjectStore
 from shardline.trainer import dist
-from shardline.trainer.accel import apply_backends, plan_step
+from shardline.trainer.accel import apply_backends, compiled, plan_step
 from shardline.trainer.buffers import BufferPool
 from shardline.trainer.candidate import finish
 from shardline.trainer.checkpoint import (
@@ -147,8 +147,7 @@ class _Trainer:
                            pin_memory=self.ctx.place.cuda, lookahead_bytes=self.lookahead)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self.step.compile_mode is not None:
-            model = torch.compile(model, mode=self.step.compile_mode)  # type: ignore[assignment]
+        model = compiled(model, self.step)
         if self.ctx.info.distributed:
             ids = [self.ctx.place.device.index] if self.ctx.place.cuda else None
             model = DistributedDataParallel(model, device_ids=ids)
