@@ -1,5 +1,6 @@
 """Deploy shardline's flows to a Prefect server: work pools, the AwsCredentials block, the
-training concurrency limit, then ``prefect --no-prompt deploy --all`` over ``prefect.yaml``.
+training concurrency limit, the automation that reschedules runs stuck in Pending
+(:mod:`infra.automations`), then ``prefect --no-prompt deploy --all`` over ``prefect.yaml``.
 
 ``prefect.yaml`` holds the deployments; the values that differ per dataset and environment
 (config path, bucket, incoming prefix, pools, cron, debounce window) are passed to it as
@@ -21,7 +22,9 @@ from typing import Any
 from shardline.core import layout
 from shardline.core.config import StoreSettings, load_config
 from shardline.core.errors import ShardlineError
+from shardline.core.settings import DeployEnv, read_env
 from shardline.core.store import ObjectStore
+from shardline.infra.automations import ensure_pending_automation
 from shardline.resources import project_dir
 
 log = logging.getLogger(__name__)
@@ -43,6 +46,9 @@ class DeploySpec:
     nightly_cron: str = "0 2 * * *"
     # the upload trigger fires at most once per this many seconds, the run due at the end
     debounce_seconds: int = 1
+    # a run PENDING this long is rescheduled (infra/automations.py); None: the environment's
+    # SHARDLINE_PENDING_TIMEOUT, default 600
+    pending_timeout_seconds: int | None = None
 
 
 def _ensure_pool(client: Any, name: str) -> None:
@@ -89,6 +95,7 @@ def upload_config(path: Path, prefix: str, store: StoreSettings) -> str:
 def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     """Create pools, block and limit on ``spec.api_url`` and deploy every deployment."""
     cfg = load_config(spec.config)
+    pending = spec.pending_timeout_seconds or read_env(DeployEnv).pending_timeout_s
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -99,6 +106,7 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
             for pool in {spec.work_pool, spec.train_pool}:
                 _ensure_pool(client, pool)
             _ensure_limit(client, f"train-{cfg.dataset.name}")
+            ensure_pending_automation(client, pending)
         block = save_credentials_block(store)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
     env.update(

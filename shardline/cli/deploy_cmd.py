@@ -19,6 +19,10 @@ def register(app: typer.Typer) -> None:
         cron: str = typer.Option("0 2 * * *", help="nightly ingest schedule (UTC)"),
         debounce: int = typer.Option(1, help="seconds the upload trigger waits before the "
                                              "ingest run is due (at most one run per window)"),
+        pending_timeout: int = typer.Option(None, min=10, help="seconds a flow run may stay "
+                                            "PENDING (taken by a worker, not started) before it is "
+                                            "rescheduled (env SHARDLINE_PENDING_TIMEOUT, "
+                                            "default 600)"),
     ) -> None:
         """Create pools, the AwsCredentials block and the training concurrency limit, then
         `prefect deploy --all` (PREFECT_API_URL, or the embedded stack's server)."""
@@ -43,7 +47,8 @@ def register(app: typer.Typer) -> None:
             preflight.prefect()
             pools = read_env(DeployEnv)
             names = run_deploy(DeploySpec(Path(config), api, work_pool or pools.work_pool,
-                                          train_pool or pools.train_pool, cron, debounce),
+                                          train_pool or pools.train_pool, cron, debounce,
+                                          pending_timeout or pools.pending_timeout_s),
                                StoreSettings.from_env())
         except ShardlineError as exc:
             fail(exc, False)

@@ -117,6 +117,10 @@ class RuntimeEnv(EnvGroup):
 class DeployEnv(EnvGroup):
     work_pool: str = Field("shardline-process", validation_alias="SHARDLINE_WORK_POOL")
     train_pool: str = Field("shardline-process", validation_alias="SHARDLINE_TRAIN_POOL")
+    # a flow run still PENDING this long after a worker took it is rescheduled
+    # (infra/automations.py); above the slowest legitimate start (a GPU node coming up)
+    pending_timeout_s: int = Field(600, ge=10, le=86_400,
+                                   validation_alias="SHARDLINE_PENDING_TIMEOUT")
 
 
 class CheckEnv(EnvGroup):
