@@ -14,9 +14,7 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import boto3
@@ -24,14 +22,9 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.core.config import StoreSettings
-from shardline.core.errors import (
-    ObjectChanged,
-    ObjectExists,
-    PermanentStoreError,
-    StoreError,
-    TransientStoreError,
-)
-from shardline.core.store_errors import HINTS, error_code, is_transient_failure
+from shardline.core.errors import ObjectChanged, ObjectExists, PermanentStoreError, StoreError
+from shardline.core.store_errors import HINTS, error_code, store_failure
+from shardline.core.store_records import ByteStream, ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -41,45 +34,6 @@ _RETRY = BotoConfig(
     read_timeout=120,
     max_pool_connections=32,
 )
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    key: str
-    etag: str
-    size: int
-    last_modified: datetime
-
-
-class ByteStream:
-    """The body of one GET as chunks of ``chunk_bytes`` (the last may be shorter)."""
-
-    def __init__(self, body: Any, chunk_bytes: int,
-                 fail: Callable[[Exception], StoreError]) -> None:
-        self.body, self.chunk_bytes, self.fail = body, chunk_bytes, fail
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        try:
-            chunk = self.body.read(self.chunk_bytes)
-        except BotoCoreError as exc:
-            self.close()
-            raise self.fail(exc) from exc
-        if not chunk:
-            self.close()
-            raise StopIteration
-        return bytes(chunk)
-
-    def close(self) -> None:
-        self.body.close()
-
-    def __enter__(self) -> ByteStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ObjectStore:
@@ -107,15 +61,8 @@ class ObjectStore:
     def _fail(self, op: str, key: str, exc: Exception, hint: str = "") -> StoreError:
         """A typed error naming the operation and object: transient (retry may fix) or
         permanent (wrong bucket, keys, missing object, ...)."""
-        msg = f"{op} s3://{self.bucket}/{key} failed: {exc}"
-        code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
-        hint = HINTS.get(code, hint)
-        if hint:
-            msg += f"; {hint}"
-        if is_transient_failure(exc):
-            where = self.settings.endpoint_url or "AWS S3"
-            return TransientStoreError(f"{msg} (endpoint {where}; retrying may help)")
-        return PermanentStoreError(msg)
+        return store_failure(f"{op} s3://{self.bucket}/{key}", exc, hint,
+                             self.settings.endpoint_url)
 
     # -- bucket -----------------------------------------------------------------------
     def check_bucket(self) -> None:
@@ -344,3 +291,6 @@ class ObjectStore:
             opts["key"] = self.settings.access_key
             opts["secret"] = self.settings.secret_key
         return opts
+
+
+__all__ = ["ByteStream", "ObjectInfo", "ObjectStore", "StoreSettings"]

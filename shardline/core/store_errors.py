@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
+from shardline.core.errors import PermanentStoreError, StoreError, TransientStoreError
+
 
 def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
@@ -41,3 +43,19 @@ def is_transient_failure(exc: Exception) -> bool:
 
     return isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError |
                       TimeoutError)
+
+
+def store_failure(what: str, exc: Exception, hint: str = "",
+                  endpoint_url: str | None = None) -> StoreError:
+    """The typed error for a failed ``what`` (operation and object, e.g. ``get s3://b/k``):
+    transient (a retry may fix) or permanent (wrong bucket or keys, missing object, ...),
+    with the hint for its error code (else ``hint``) and, when transient, the endpoint."""
+    msg = f"{what} failed: {exc}"
+    code = error_code(exc) if isinstance(exc, ClientError) else type(exc).__name__
+    hint = HINTS.get(code, hint)
+    if hint:
+        msg += f"; {hint}"
+    if is_transient_failure(exc):
+        where = endpoint_url or "AWS S3"
+        return TransientStoreError(f"{msg} (endpoint {where}; retrying may help)")
+    return PermanentStoreError(msg)
