@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 import xxhash
 
@@ -53,6 +53,17 @@ def from_dict(cls: type[T], d: Any, where: str) -> T:
     return cls(**{f.name: d[f.name] for f in fields if f.name in d})
 
 
+class Part:
+    """Base of the parts: ``from_dict`` reads one from a decoded JSON object, an error naming
+    ``where`` (default: the class's ``WHERE``)."""
+
+    WHERE: ClassVar[str] = "part"
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str | None = None) -> Self:
+        return from_dict(cls, d, cls.WHERE if where is None else where)
+
+
 class DictAccess:
     """Read a dataclass part like the dict it replaced: ``part["x"]``, ``part.get("x")``."""
 
@@ -67,7 +78,7 @@ class DictAccess:
 
 
 @dataclass(frozen=True)
-class ShardEntry:
+class ShardEntry(Part):
     """One immutable Arrow IPC file."""
 
     path: str                      # key within the bucket
@@ -91,25 +102,21 @@ class ShardEntry:
     # before the split was materialised, holding both (readers mask it by id hash).
     split: str | None = None
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "shard entry") -> ShardEntry:
-        return from_dict(cls, d, where)
+    WHERE = "shard entry"
 
 
 @dataclass(frozen=True)
-class SourceEntry:
+class SourceEntry(Part):
     key: str
     etag: str
     size: int
     format: str
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "source entry") -> SourceEntry:
-        return from_dict(cls, d, where)
+    WHERE = "source entry"
 
 
 @dataclass(frozen=True)
-class BatchEntry:
+class BatchEntry(Part):
     """A source batch that entered the dataset, and the version that added it."""
 
     id: str
@@ -119,13 +126,11 @@ class BatchEntry:
     ids_path: str                   # Arrow file with the published ids of this batch
     sources: int
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "batch entry") -> BatchEntry:
-        return from_dict(cls, d, where)
+    WHERE = "batch entry"
 
 
 @dataclass(frozen=True)
-class SchemaInfo(DictAccess):
+class SchemaInfo(Part, DictAccess):
     """The dataset's row schema: fingerprint, readable fields, image shape, class names and
     the Arrow schema as base64 IPC (empty when the writer did not record it)."""
 
@@ -135,13 +140,11 @@ class SchemaInfo(DictAccess):
     classes: list[str]
     ipc_b64: str = ""
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "schema") -> SchemaInfo:
-        return from_dict(cls, d, where)
+    WHERE = "schema"
 
 
 @dataclass(frozen=True)
-class ValidationSummary(DictAccess):
+class ValidationSummary(Part, DictAccess):
     """What validation concluded for the version's batch (the full report is at ``report``)."""
 
     success: bool
@@ -151,13 +154,11 @@ class ValidationSummary(DictAccess):
     failed: list[str] = field(default_factory=list)
     report: str = ""                # s3:// URI of the JSON report
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "validation") -> ValidationSummary:
-        return from_dict(cls, d, where)
+    WHERE = "validation"
 
 
 @dataclass(frozen=True)
-class QuarantineSummary(DictAccess):
+class QuarantineSummary(Part, DictAccess):
     """Quarantined rows of the version's batch (``rows``, ``by_rule``) and of the dataset up
     to this version (``total_rows``)."""
 
@@ -165,13 +166,11 @@ class QuarantineSummary(DictAccess):
     by_rule: dict[str, int] = field(default_factory=dict)
     total_rows: int = 0
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "quarantine") -> QuarantineSummary:
-        return from_dict(cls, d, where)
+    WHERE = "quarantine"
 
 
 @dataclass(frozen=True)
-class Totals(DictAccess):
+class Totals(Part, DictAccess):
     """The live dataset at a version: rows, data shards, their bytes, batches, quarantine."""
 
     rows: int = 0
@@ -184,25 +183,21 @@ class Totals(DictAccess):
         return Totals(self.rows + ref.rows, self.shards + ref.shards, self.bytes + ref.bytes,
                       self.batches + 1, self.quarantined + ref.quarantined)
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "totals") -> Totals:
-        return from_dict(cls, d, where)
+    WHERE = "totals"
 
 
 @dataclass(frozen=True)
-class ObjectRef(DictAccess):
+class ObjectRef(Part, DictAccess):
     """A referenced immutable object: its key and the sha256 of its bytes."""
 
     key: str
     sha256: str
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "object reference") -> ObjectRef:
-        return from_dict(cls, d, where)
+    WHERE = "object reference"
 
 
 @dataclass(frozen=True)
-class BatchListRef:
+class BatchListRef(Part):
     """A version document's reference to one batch's shard list: where it is, its digest,
     and the batch's counts, so totals and the batch table need no batch-list read."""
 
@@ -222,13 +217,11 @@ class BatchListRef:
                           quarantined=self.quarantined, ids_path=self.ids_path,
                           sources=self.sources)
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "batch-list reference") -> BatchListRef:
-        return from_dict(cls, d, where)
+    WHERE = "batch-list reference"
 
 
 @dataclass(frozen=True)
-class CheckpointRef:
+class CheckpointRef(Part):
     """A checkpoint object holding every live batch-list reference up to ``version``."""
 
     key: str
@@ -236,9 +229,7 @@ class CheckpointRef:
     version: int
     batches: int
 
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "checkpoint reference") -> CheckpointRef:
-        return from_dict(cls, d, where)
+    WHERE = "checkpoint reference"
 
 
 class QuarantineView(DictAccess):
