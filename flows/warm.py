@@ -17,6 +17,8 @@ were about a third of upload -> training started. This module removes them from 
   ``PREFECT_*`` settings differ from the server's (the imported Prefect settings would be
   stale), it runs the cold ``python -m prefect.engine`` instead: the command works in any
   image that has shardline installed (Kubernetes, compose), just without the head start.
+  So does a run the server cannot fork (EAGAIN at the process limit, ENOMEM): the server
+  tells the client why (in the run's log) and goes on serving later runs.
 
 The client imports nothing but the standard library.
 """
@@ -30,7 +32,6 @@ import signal
 import socket
 import struct
 import sys
-from typing import Any
 
 SOCKET_ENV = "SHARDLINE_WARM_SOCKET"
 # what a warm child has imported already (the deployments' entrypoints and their heavy deps)
@@ -91,6 +92,8 @@ def client(argv: list[str]) -> None:
         started = None
     child = started.get("pid") if started else None
     if not isinstance(child, int):
+        if started and started.get("error"):
+            print(f"shardline.flows.warm: {started['error']}", file=sys.stderr, flush=True)
         conn.close()
         _cold(argv)
         return
@@ -220,6 +223,36 @@ def _watch_client(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="warm-client-watch", daemon=True).start()
 
 
+def _fork_run(conn: socket.socket, req: dict[str, object], fds: list[int],
+              lsock: socket.socket | None, engine: str) -> int | None:
+    """Fork the run's process and tell the client its pid. When the kernel refuses the fork
+    (EAGAIN at the process limit, ENOMEM) the client is told why and runs the flow run cold
+    itself (an exec, no new process), and the server goes on serving: None."""
+    run = dict(req.get("env") or {}).get("PREFECT__FLOW_RUN_ID", "?")  # type: ignore[call-overload]
+    try:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            why = f"the warm server could not fork ({exc}); running this flow run cold"
+            print(f"flow run {run}: {why}", flush=True)
+            with contextlib.suppress(OSError):
+                _send(conn, {"error": why})
+            conn.close()
+            return None
+        if pid == 0:
+            if lsock is not None:
+                lsock.close()
+            _child(conn, req, fds, engine)
+    finally:   # the parent's copies (the child never returns here)
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    print(f"flow run {run}: forked pid {pid}", flush=True)
+    with contextlib.suppress(OSError):
+        _send(conn, {"pid": pid})
+    return pid
+
+
 def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.engine") -> None:
     """Import ``preload``, then fork one child per client that runs ``engine`` as __main__
     (``prefect.engine``; tests pass a small module); until SIGTERM/SIGINT."""
@@ -229,7 +262,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
     for name in preload:
         importlib.import_module(name)
     if preload:
-        _warm_s3_client()
+        warm_s3_client()
     _STAMP.update(_code_stamp())
     if os.path.exists(path):
         os.unlink(path)
@@ -261,17 +294,9 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
             except (OSError, ValueError):
                 conn.close()
                 continue
-            pid = os.fork()
-            if pid == 0:
-                lsock.close()
-                _child(conn, req, fds, engine)
-            for fd in fds:
-                os.close(fd)
-            children[pid] = conn
-            run = dict(req.get("env") or {}).get("PREFECT__FLOW_RUN_ID", "?")  # type: ignore[call-overload]
-            print(f"flow run {run}: forked pid {pid}", flush=True)
-            with contextlib.suppress(OSError):
-                _send(conn, {"pid": pid})
+            pid = _fork_run(conn, req, fds, lsock, engine)
+            if pid is not None:
+                children[pid] = conn
         while children:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -288,7 +313,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, engine: str = "prefect.
         print(f"warm server stopping; flow-run process {pid} keeps running", flush=True)
 
 
-def _warm_s3_client() -> None:
+def warm_s3_client() -> None:
     """Build (and drop) one boto3 S3 client, no request made: botocore parses its service
     models once per process (~0.3 s of CPU), so every later client in this process, or in a
     child forked from it, is cheap."""
@@ -299,37 +324,7 @@ def _warm_s3_client() -> None:
                                    region_name="us-east-1")
 
 
-def _warm_partition(batches: Any) -> Any:
-    """Runs in Spark's Python workers (reused across jobs): imports what a conversion's
-    tasks import and builds the S3 client they build."""
-    import shardline.tasks.convert.job  # noqa: F401
-
-    _warm_s3_client()
-    yield from batches
-
-
-def spark_warmup(url: str, partitions: int = 2) -> float:
-    """One tiny job through the Connect server at ``url``, so the first ingest does not pay
-    Spark's first job (its Python workers starting and importing the conversion code;
-    the workers are reused). Returns the seconds it took."""
-    import time
-
-    from shardline.core.config import SparkSettings
-    from shardline.tasks.convert.spark import close_sessions, get_session
-
-    t0 = time.perf_counter()
-    spark = get_session(SparkSettings(remote=url))
-    df = spark.range(partitions * 4).repartition(partitions * 2)
-    df.mapInArrow(_warm_partition, df.schema).count()
-    close_sessions(url)
-    return time.perf_counter() - t0
-
-
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["spark-warmup"]:
-        took = spark_warmup(argv[1])
-        print(f"Spark warm-up job on {argv[1]}: {took:.1f}s", flush=True)
-        return
     if argv[:1] == ["serve"]:
         import argparse
 

@@ -219,7 +219,7 @@ def up(cfg: StackConfig) -> UpResult:
                 "taken_at": restored.taken_at, "etag_changed": len(restored.etag_changed)}
             state.save()
         except BaseException:
-            _stop_all(list(started.values()), grace_s=5.0)
+            _stop_all([*state.jobs.values(), *started.values()], grace_s=5.0)
             state.path.unlink(missing_ok=True)
             raise
         return UpResult(state, restored=restored, seconds=round(time.monotonic() - t0, 2))
@@ -272,7 +272,7 @@ def down(home: Path, discard: bool = False) -> DownResult:
                     "again, or `shardline down --discard` to drop the objects") from exc
         times: dict[str, float] = {}
         killed: list[str] = []
-        for group in reversed(_stop_groups(state)):
+        for group in [list(state.jobs.values()), *reversed(_stop_groups(state))]:
             for name, polite, seconds in _stop_all(group):
                 times[name] = seconds
                 if not polite:

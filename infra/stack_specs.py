@@ -52,9 +52,15 @@ def _launch_spark(c: StackConfig, started: Started) -> services.Launch:
 
 def _warm_spark(c: StackConfig, state: StackState) -> None:
     """Run one tiny job through the Connect server in the background (not waited for), so
-    the first ingest does not pay Spark's first job (``flows/warm.py spark-warmup``)."""
-    procs.start([str(services.BIN / "python"), "-m", "shardline.flows.warm", "spark-warmup",
-                 state.services["spark"].url], c.log_dir / "warm.log", env=services.base_env())
+    the first ingest does not pay Spark's first job (``flows/warm_spark.py``). Recorded in
+    ``state.jobs`` by PID: ``down`` stops it if it still runs."""
+    log = c.log_dir / "warm.log"
+    url = state.services["spark"].url
+    proc = procs.start([str(services.BIN / "python"), "-m", "shardline.flows.warm_spark", url],
+                       log, env=services.base_env())
+    state.jobs["spark-warmup"] = services.Service(
+        "spark-warmup", proc.pid, None, url, str(log), None, "SIGTERM",
+        procs.start_ticks(proc.pid))
 
 
 def _worker_spec(i: int) -> ServiceSpec:

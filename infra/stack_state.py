@@ -170,6 +170,10 @@ class StackState:
     services: dict[str, Service]
     phase: str = "starting"
     restored: dict[str, Any] | None = None
+    # Short-lived processes ``up`` started (the Spark warm-up job). Not services: they end
+    # by themselves, so they never make a stack look half running; recorded by PID so that
+    # ``down`` stops one that still runs.
+    jobs: dict[str, Service] = field(default_factory=dict)
 
     @property
     def s3_endpoint(self) -> str:
@@ -198,13 +202,15 @@ class StackState:
     def to_json(self) -> dict[str, Any]:
         return {"home": self.home, "bucket": self.bucket, "started_at": self.started_at,
                 "phase": self.phase, "urls": self.urls(), "restored": self.restored,
-                "services": {n: s.to_dict() for n, s in self.services.items()}}
+                "services": {n: s.to_dict() for n, s in self.services.items()},
+                "jobs": {n: s.to_dict() for n, s in self.jobs.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StackState:
         return cls(home=data["home"], bucket=data["bucket"], started_at=data["started_at"],
                    services={n: Service.from_dict(s) for n, s in data["services"].items()},
-                   phase=data.get("phase", "up"), restored=data.get("restored"))
+                   phase=data.get("phase", "up"), restored=data.get("restored"),
+                   jobs={n: Service.from_dict(s) for n, s in data.get("jobs", {}).items()})
 
     def save(self) -> None:
         """Write ``stack.json`` atomically (a reader never sees half a file)."""

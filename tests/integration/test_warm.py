@@ -42,20 +42,43 @@ sys.exit(int(os.environ.get("RUN_CODE", "0")))
 '''
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+# The server with os.fork failing on its first call, as the kernel refuses a fork at the
+# process limit or out of memory (resource exhaustion cannot be produced safely here).
+FIRST_FORK_FAILS = '''
+import errno, os, sys
+real_fork, calls = os.fork, []
+def fork():
+    calls.append(1)
+    if len(calls) == 1:
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+    return real_fork()
+os.fork = fork
+from shardline.flows import warm
+warm.main(sys.argv[1:])
+'''
+
+
+def start_server(tmp_path: Path, module: str) -> tuple[Path, subprocess.Popen[bytes]]:
     (tmp_path / "fake_engine.py").write_text(FAKE_ENGINE)
+    (tmp_path / "first_fork_fails.py").write_text(FIRST_FORK_FAILS)
     sock = tmp_path / "w.sock"
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = procs.start([sys.executable, "-m", "shardline.flows.warm", "serve", "--socket",
+    proc = procs.start([sys.executable, "-m", module, "serve", "--socket",
                         str(sock), "--preload", "json", "--engine", "fake_engine"],
                        tmp_path / "warm.log", env=env)
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            procs.stop(proc.pid, first=signal.SIGTERM, grace_s=10)
+            raise AssertionError((tmp_path / "warm.log").read_text())
+        time.sleep(0.1)
+    return sock, proc
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes]]]:
+    sock, proc = start_server(tmp_path, "shardline.flows.warm")
     try:
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                (tmp_path / "warm.log").read_text()
-            time.sleep(0.1)
         yield sock, proc
     finally:
         procs.stop(proc.pid, first=signal.SIGTERM, grace_s=10)
@@ -125,3 +148,21 @@ def test_without_a_server_the_client_runs_prefect_engine_cold(tmp_path: Path) ->
     _, err = c.communicate(timeout=120)
     # prefect.engine itself ran: it wants a flow-run id this test does not give
     assert c.returncode != 0 and "Invalid flow run id" in err
+
+
+def test_a_refused_fork_runs_that_run_cold_and_the_server_keeps_serving(
+        tmp_path: Path) -> None:
+    sock, proc = start_server(tmp_path, "first_fork_fails")
+    try:
+        first = client(sock, tmp_path)
+        _, err = first.communicate(timeout=120)
+        assert "could not fork" in err and "running this flow run cold" in err
+        # prefect.engine itself ran (cold): it wants a flow-run id this test does not give
+        assert first.returncode != 0 and "Invalid flow run id" in err
+        assert proc.poll() is None, "the server stopped after a refused fork"
+        second = client(sock, tmp_path, RUN_CODE="4")
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 4, err
+        assert int(out.split()[6]) == proc.pid      # forked by the same server again
+    finally:
+        procs.stop(proc.pid, first=signal.SIGTERM, grace_s=10)
