@@ -17,6 +17,7 @@ from shardline.core.store import ObjectStore
 from shardline.trainer.checkpoint import bytes_to_tensors, header_metadata
 from shardline.trainer.options import RunOptions
 from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.result import TrainResult
 from shardline.trainer.run import train
 from tests.integration.trainer_data import digits_config, publish_version
 
@@ -100,18 +101,25 @@ class Killed(Exception):
     pass
 
 
-def test_killed_run_resumes_with_the_same_samples_and_weights(
-        store: ObjectStore, store_settings: StoreSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cfg = config(tmp_path, epochs=2)
-    opts = RunOptions(log_every=10, checkpoint_every=5)
+def uninterrupted_twin(store: ObjectStore, store_settings: StoreSettings, cfg: Config,
+                       opts: RunOptions) -> tuple[ObjectStore, TrainResult, list[list[int]]]:
+    """Publish the same version to ``store`` and to a fresh twin bucket, and train on the
+    twin without interruption: the run a killed-and-resumed run on ``store`` must equal.
+    Returns the twin, that run's result and the sample keys of each of its steps."""
     twin = ObjectStore(dataclasses.replace(store_settings, bucket=f"t-{uuid.uuid4().hex[:12]}"))
     twin.ensure_bucket()
     for s in (store, twin):
         publish_version(s, cfg.dataset, ORDER[:700])
+    seen: list[list[int]] = []
+    full = train(cfg, twin, options=opts, on_batch=lambda step, b: seen.append(b["key"].tolist()))
+    return twin, full, seen
 
-    seen_full: list[list[int]] = []
-    full = train(cfg, twin, options=opts,
-                 on_batch=lambda step, b: seen_full.append(b["key"].tolist()))
+
+def test_killed_run_resumes_with_the_same_samples_and_weights(
+        store: ObjectStore, store_settings: StoreSettings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = config(tmp_path, epochs=2)
+    opts = RunOptions(log_every=10, checkpoint_every=5)
+    twin, full, seen_full = uninterrupted_twin(store, store_settings, cfg, opts)
 
     def crash_at_12(step: int, b: dict) -> None:
         if step == 12:
@@ -145,13 +153,7 @@ def test_a_stale_save_of_an_older_step_never_moves_a_resume_back(
     send the resume back: saves are per step, and a resume takes the highest."""
     cfg = config(tmp_path, epochs=2)
     opts = RunOptions(log_every=10, checkpoint_every=5)
-    twin = ObjectStore(dataclasses.replace(store_settings, bucket=f"t-{uuid.uuid4().hex[:12]}"))
-    twin.ensure_bucket()
-    for s in (store, twin):
-        publish_version(s, cfg.dataset, ORDER[:700])
-    seen_full: list[list[int]] = []
-    full = train(cfg, twin, options=opts,
-                 on_batch=lambda step, b: seen_full.append(b["key"].tolist()))
+    twin, full, seen_full = uninterrupted_twin(store, store_settings, cfg, opts)
 
     def crash_at(n: int):  # type: ignore[no-untyped-def]
         def hook(step: int, b: dict) -> None:
