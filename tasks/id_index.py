@@ -69,21 +69,26 @@ def encode_ids(ids: pa.Array, n: int = ID_BUCKETS) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _open(store: ObjectStore, key: str) -> ipc.RecordBatchFileReader:
-    """A reader of one id file: the whole file in one GET when it is small (one request per
-    published batch), else ranged GETs of the footer and of the buckets asked for."""
+def open_reader(store: ObjectStore, key: str, whole: bool | None = None
+                ) -> ipc.RecordBatchFileReader:
+    """A reader of one bucketed file: the whole file in one GET when it is small (one request
+    per published batch), else ranged GETs of the footer and of the buckets asked for.
+    ``whole`` forces either (a caller that reads one file a bucket range at a time asks for
+    ranged reads, so it never reads a file whole more than once)."""
     info = store.head(key)
     if info is None:
         raise StoreError(f"{store.uri(key)}: the id index of a published batch is missing; the "
                          "duplicate check cannot be exact without it. Restore it from a backup")
-    if info.size <= WHOLE_FILE_BYTES:
+    if whole if whole is not None else info.size <= WHOLE_FILE_BYTES:
         return ipc.open_file(pa.py_buffer(store.get_bytes(key)))
     return ipc.open_file(pa.PythonFile(RangedObject(store, key, info.size, info.etag), mode="r"))
 
 
 def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
-                   workers: int = 4) -> np.ndarray:
-    """For each of ``ids``, whether any published id file in ``ids_paths`` holds it."""
+                   workers: int = 4, whole: bool | None = None) -> np.ndarray:
+    """For each of ``ids``, whether any published id file in ``ids_paths`` holds it.
+    ``whole``: see :func:`open_reader` (``False`` when ``ids`` is one range of buckets of
+    several the caller probes one after another)."""
     ids = ids.cast(pa.string())
     hit = np.zeros(len(ids), bool)
     paths = list(ids_paths)
@@ -102,7 +107,7 @@ def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
 
     def probe(key: str) -> list[np.ndarray]:
         """Positions (into ``ids``) found in ``key``."""
-        reader = _open(store, key)
+        reader = open_reader(store, key, whole)
         meta = reader.schema.metadata or {}
         found = []
         if BUCKETS_KEY not in meta:                 # written before bucketing

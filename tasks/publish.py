@@ -31,7 +31,7 @@ from shardline.core.schema import schema_info
 from shardline.core.store import ObjectStore
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
-from shardline.tasks.ledger import load_published_ids, write_claim, write_ids
+from shardline.tasks.ledger import load_published_ids, write_claim
 from shardline.tasks.validate import ValidationReport
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,8 @@ def _check_rebase(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
     if not newer:
         return
     since = load_published_ids(store, newer)
-    overlap = pc.is_in(conv.published_ids(), value_set=since)
-    n = pc.sum(overlap).as_py() or 0
+    n = sum(pc.sum(pc.is_in(ids, value_set=since)).as_py() or 0     # one bucket at a time
+            for ids in conv.iter_published_ids(store))
     if n:
         raise PublishConflict(
             f"batch {conv.batch.id}: {n} id(s) were published concurrently by version(s) "
@@ -159,7 +159,7 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
         _check_rebase(store, cfg, conv, latest)
         if not copied:
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])
-            write_ids(store, ids_path, conv.published_ids())
+            store.copy(conv.ids_key, ids_path)   # the id file the duplicate check staged
             copied = [e.path for _, e in data + quarantine] + [ids_path]
         draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
                               parent=latest, batch=batch, validation=validation,

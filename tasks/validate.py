@@ -10,6 +10,10 @@ checks already decoded and measured):
   labels present and within the class range. The row checks already enforce these; the
   suite re-checks the data actually handed to publish, so a conversion bug cannot slip by.
 
+Both run over the tasks' row files one id-bucket range at a time (``rowfiles``), each
+chunk a pandas frame of at most ~``CHUNK_ROWS`` rows, and the chunks' results are merged
+(``merge``): the driver never holds the batch's rows. A 1M-row batch is one chunk.
+
 The report (JSON) is written to ``reports/<run>/validation.json`` whatever the outcome.
 """
 
@@ -17,15 +21,17 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ValidationFailed
 from shardline.core.schema import report_key
 from shardline.core.store import ObjectStore
+from shardline.tasks.convert.rowfiles import CHUNK_ROWS
 from shardline.tasks.convert.stage import Converted
 
 log = logging.getLogger(__name__)
@@ -73,8 +79,7 @@ def _suites(cfg: DatasetConfig) -> dict[str, list[Any]]:
     }
 
 
-def _detail(res: Any) -> str:
-    r = res.result or {}
+def _detail_of(r: dict[str, Any]) -> str:
     if "unexpected_count" in r:
         sample = r.get("partial_unexpected_list") or []
         return (f"unexpected {r['unexpected_count']} of {r.get('element_count')} rows "
@@ -84,8 +89,12 @@ def _detail(res: Any) -> str:
     return ""
 
 
-def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str, Any]]]:
-    """Run both suites in an ephemeral GX context; returns (success, per-expectation rows)."""
+def run_suites(cfg: DatasetConfig, conv: Converted, store: ObjectStore | None = None,
+               max_rows: int = CHUNK_ROWS) -> tuple[bool, list[dict[str, Any]]]:
+    """Run both suites in an ephemeral GX context, one id-bucket range of the row files
+    (~``max_rows`` rows) at a time, and merge the chunks' results (``merge``): the driver
+    holds one chunk, never the batch. Equal ids share a bucket, so a uniqueness check per
+    chunk is one over the batch. Returns (success, per-expectation rows)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -93,13 +102,7 @@ def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = ctx.data_sources.add_pandas("shardline")
-    frames = {
-        f"{cfg.name}.batch": conv.rows.to_pandas(),
-        f"{cfg.name}.published": conv.rows.filter(
-            pc.equal(conv.rows.column("status"), "ok")).to_pandas(),
-    }
-    results: list[dict[str, Any]] = []
-    ok = True
+    runs: list[tuple[str, Any, bool]] = []
     for name, expectations in _suites(cfg).items():
         suite = ctx.suites.add(gx.ExpectationSuite(name=name))
         for e in expectations:
@@ -107,25 +110,79 @@ def run_suites(cfg: DatasetConfig, conv: Converted) -> tuple[bool, list[dict[str
         bd = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe("all")
         vd = ctx.validation_definitions.add(
             gx.ValidationDefinition(name=f"{name}.check", data=bd, suite=suite))
-        out = vd.run(batch_parameters={"dataframe": frames[name]},
-                     result_format={"result_format": "SUMMARY"})
-        ok = ok and bool(out.success)
-        for res in out.results:
-            cfg_e = res.expectation_config
-            assert cfg_e is not None, f"{name}: GX returned a result without its expectation"
-            results.append({
-                "suite": name, "expectation": cfg_e.type,
-                "column": cfg_e.kwargs.get("column"),
-                "kwargs": {k: v for k, v in cfg_e.kwargs.items() if k not in ("batch_id",)},
-                "success": bool(res.success), "detail": _detail(res),
-            })
-    return ok, results
+        runs.append((name, vd, name.endswith(".published")))
+    chunks: dict[str, list[list[dict[str, Any]]]] = {name: [] for name, _, _ in runs}
+    for name, vd, passed_only in runs:
+        for table in _chunks(conv, store, max_rows, passed_only):
+            out = vd.run(batch_parameters={"dataframe": table.to_pandas()},
+                         result_format={"result_format": "SUMMARY"})
+            chunks[name].append([_row(name, res) for res in out.results])
+            del table, out
+    results = [r for name, _, _ in runs for r in merge(chunks[name])]
+    return all(r["success"] for r in results), results
+
+
+def _chunks(conv: Converted, store: ObjectStore | None, max_rows: int, passed_only: bool
+            ) -> Iterator[pa.Table]:
+    """The batch's rows (or its rows to publish) in chunks; one empty table if none, so the
+    row-count expectation still runs."""
+    empty = True
+    for table in conv.iter_rows(store, max_rows, passed_only=passed_only):
+        empty = False
+        yield table
+    if empty:
+        yield next(iter(_EMPTY))
+
+
+_EMPTY = [pa.schema([("id", pa.string()), ("label", pa.int16()), ("source_key", pa.string()),
+                     ("source_row", pa.int64()), ("status", pa.string()),
+                     ("rule", pa.string())]).empty_table()]
+
+
+def _row(name: str, res: Any) -> dict[str, Any]:
+    cfg_e = res.expectation_config
+    assert cfg_e is not None, f"{name}: GX returned a result without its expectation"
+    return {"suite": name, "expectation": cfg_e.type, "column": cfg_e.kwargs.get("column"),
+            "kwargs": {k: v for k, v in cfg_e.kwargs.items() if k not in ("batch_id",)},
+            "success": bool(res.success), "result": dict(res.result or {})}
+
+
+def merge(chunks: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One result per expectation from its results over the chunks: the row count is the
+    sum of the chunks' (checked against its bounds); a column expectation with ``mostly``
+    passes when the share of expected rows over all chunks is at least ``mostly``; any other
+    passes when it passed on every chunk. Counts are summed for the detail."""
+    out = []
+    for per in zip(*chunks, strict=True):
+        first = per[0]
+        kw = first["kwargs"]
+        rs = [p["result"] for p in per]
+        merged: dict[str, Any] = {}
+        if first["expectation"] == "expect_table_row_count_to_be_between":
+            n = sum(int(r.get("observed_value") or 0) for r in rs)
+            merged["observed_value"] = n
+            ok = (kw.get("min_value") is None or n >= kw["min_value"]) and \
+                (kw.get("max_value") is None or n <= kw["max_value"])
+        else:
+            ok = all(p["success"] for p in per)
+            if any("unexpected_count" in r for r in rs):
+                bad = sum(int(r.get("unexpected_count") or 0) for r in rs)
+                seen = sum(int(r.get("element_count") or 0) for r in rs)
+                sample = [v for r in rs for v in (r.get("partial_unexpected_list") or [])][:20]
+                merged = {"unexpected_count": bad, "element_count": seen,
+                          "unexpected_percent": 100.0 * bad / seen if seen else 0.0,
+                          "partial_unexpected_list": sample}
+                if kw.get("mostly") is not None:
+                    ok = seen == 0 or (seen - bad) / seen >= float(kw["mostly"])
+        out.append({k: v for k, v in first.items() if k != "result"} |
+                   {"success": bool(ok), "detail": _detail_of(merged)})
+    return out
 
 
 def validate(store: ObjectStore, cfg: DatasetConfig, conv: Converted) -> ValidationReport:
     """Run the suites, store the JSON report, return it. Does not raise on failure:
     :func:`require_success` is the gate."""
-    success, results = run_suites(cfg, conv)
+    success, results = run_suites(cfg, conv, store)
     counts = {"rows": conv.rows_in, "ok": conv.rows_ok, "quarantined": conv.rows_quarantined,
               "quarantine_fraction": round(conv.rows_quarantined / max(conv.rows_in, 1), 4),
               "max_quarantine_fraction": cfg.validation.max_quarantine_fraction,
@@ -135,7 +192,7 @@ def validate(store: ObjectStore, cfg: DatasetConfig, conv: Converted) -> Validat
                               store.uri(key))
     store.put_json(key, {"batch": conv.batch.id, "run": conv.run_id, "success": success,
                          "counts": counts, "results": results,
-                         "quarantined_examples": conv.quarantine_examples()})
+                         "quarantined_examples": conv.quarantine_examples(store=store)})
     log.info("validation %s for batch %s: %d expectations, report %s",
              "passed" if success else "FAILED", conv.batch.id, len(results), report.report)
     return report

@@ -1,9 +1,11 @@
 """Duplicate ids: within the batch and against every published version.
 
-Ids are only comparable once all rows are known, so this runs in the driver over the
-metadata Spark returned (ids and row positions, no pixels). Against the published versions it
-uses ``ledger.published_in``: the published id index is streamed one hash bucket of one
-batch at a time, so the driver holds the new batch's ids, never the history's. The first
+Ids are only comparable once all rows are known, so this runs in the driver over the row
+files the Spark tasks wrote (ids and row positions, no pixels; ``rowfiles``), one range of
+id hash buckets at a time: equal ids share a bucket, so the driver holds one chunk of the
+new batch's ids, never the whole batch. Against the published versions it uses
+``id_index.published_mask`` for the chunk: the published id index is streamed one hash
+bucket of one batch at a time, so the driver never holds the history's ids either. The first
 occurrence in (source key, row) order wins; later ones are quarantined as ``duplicate_id``,
 as is any id already published. Only the staged shards that hold a duplicate are rewritten;
 in the common case (no duplicates) nothing is read back.
@@ -12,6 +14,8 @@ in the common case (no duplicates) nothing is read back.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +27,9 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.idhash import id_hash64
 from shardline.core.store import ObjectStore
+from shardline.tasks.convert.rowfiles import CHUNK_ROWS, RowFile, plan_chunks, read_buckets
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
+from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, IDS_SCHEMA, published_mask
 
 log = logging.getLogger(__name__)
 
@@ -88,22 +94,99 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
     return out
 
 
-def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: pa.Table,
-                      dups: list[Duplicate], shards: list[WrittenShard]
-                      ) -> tuple[list[WrittenShard], WrittenShard]:
-    """Rewrite the staged data shards that hold duplicates (without them) and write one
-    quarantine shard of the duplicates. Returns (new data shard list, quarantine shard)."""
-    drop: dict[str, set[int]] = {}
-    qrows = []
-    for d in dups:
-        shard = ok.column("shard")[d.meta_index].as_py()
-        drop.setdefault(shard, set()).add(ok.column("shard_row")[d.meta_index].as_py())
-        label = ok.column("label")[d.meta_index].as_py()
-        qrows.append(dict(source_key=ok.column("source_key")[d.meta_index].as_py(),
-                          source_row=ok.column("source_row")[d.meta_index].as_py(),
-                          id=ok.column("id")[d.meta_index].as_py(),
-                          label=cfg.classes[label] if label is not None else None,
-                          rule="duplicate_id", message=d.message))
+@dataclass
+class Deduped:
+    """What the duplicate check left: data shards (rewritten where they held duplicates),
+    the quarantine shard(s) of the duplicates, where each duplicate sat (shard -> rows,
+    8 bytes a duplicate) and the staged id file of the ids to publish."""
+
+    data: list[WrittenShard]
+    quarantine: list[WrittenShard]
+    dropped: dict[str, np.ndarray]
+    ids_key: str
+    ids: int                         # ids in the id file (rows to publish)
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.dropped.values())
+
+
+def dedupe_batch(store: ObjectStore, cfg: DatasetConfig, run_id: str, files: list[RowFile],
+                 published_paths: list[str], shards: list[WrittenShard], ids_key: str,
+                 max_rows: int = CHUNK_ROWS) -> Deduped:
+    """The duplicate check over the tasks' row files, one range of id buckets at a time
+    (equal ids share a bucket, so each chunk is checked on its own): the driver holds one
+    chunk of passed rows (at most ~``max_rows``), never the batch. Writes the batch's id file
+    (``id_index`` format, record batch ``k`` = bucket ``k``) as it goes, and one quarantine
+    shard of duplicates per chunk that has any."""
+    chunks = plan_chunks(files, max_rows)
+    whole = len(chunks) == 1
+    dropped: dict[str, list[np.ndarray]] = {}
+    quarantine: list[WrittenShard] = []
+    n_ids = 0
+    schema = IDS_SCHEMA.with_metadata({BUCKETS_KEY: str(ID_BUCKETS).encode(),
+                                       b"hash": b"xxh3_64"})
+    with tempfile.TemporaryDirectory(prefix="shardline-ids-") as tmp:
+        path = os.path.join(tmp, "ids.arrow")
+        with ipc.new_file(path, schema) as w:
+            for c, buckets in enumerate(chunks):
+                ok, bucket_of = read_buckets(store, files, buckets, whole=whole,
+                                             columns=_DEDUPE_COLUMNS, passed_only=True)
+                mask = published_mask(store, published_paths, ok.column("id"),
+                                       whole=None if whole else False)
+                dups = find_duplicates(ok, mask)
+                keep = np.ones(ok.num_rows, bool)
+                if dups:
+                    idx = np.array([d.meta_index for d in dups], np.int64)
+                    keep[idx] = False
+                    q = _quarantine_dups(store, cfg, run_id, ok, dups, c)
+                    quarantine.append(q)
+                    hit = ok.select(["shard", "shard_row"]).take(pa.array(idx))
+                    for shard, rows in _group_rows(hit).items():
+                        dropped.setdefault(shard, []).append(rows)
+                ids = ok.column("id")
+                for k in buckets:
+                    sel = pa.array((bucket_of == k) & keep)
+                    w.write_batch(pa.record_batch([ids.filter(sel).combine_chunks()],
+                                                  schema=schema))
+                n_ids += int(keep.sum())
+        store.put_bytes(ids_key, memoryview(pa.memory_map(path).read_buffer()))
+    drop = {k: np.unique(np.concatenate(v)) for k, v in dropped.items()}
+    data = rewrite_shards(store, cfg, shards, drop) if drop else shards
+    if drop:
+        log.info("quarantined %d duplicate id(s); rewrote %d staged shard(s)",
+                 sum(len(v) for v in drop.values()), len(drop))
+    return Deduped(data, quarantine, drop, ids_key, n_ids)
+
+
+_DEDUPE_COLUMNS = ["id", "label", "source_key", "source_row", "shard", "shard_row"]
+
+
+def _group_rows(hit: pa.Table) -> dict[str, np.ndarray]:
+    shard = hit.column("shard").to_numpy(zero_copy_only=False)
+    rows = hit.column("shard_row").to_numpy(zero_copy_only=False)
+    return {str(s): rows[shard == s].astype(np.int64) for s in np.unique(shard)}
+
+
+def _quarantine_dups(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: pa.Table,
+                     dups: list[Duplicate], chunk: int) -> WrittenShard:
+    """One quarantine shard of one chunk's duplicates (chunk 0 keeps the single-chunk name)."""
+    pick = ok.take(pa.array([d.meta_index for d in dups], pa.int64())).to_pylist()
+    qrows = [dict(source_key=r["source_key"], source_row=r["source_row"], id=r["id"],
+                  label=cfg.classes[r["label"]] if r["label"] is not None else None,
+                  rule="duplicate_id", message=d.message) for r, d in zip(pick, dups, strict=True)]
+    key = layout.staged_duplicates_key(cfg.prefix, run_id)
+    if chunk:
+        key = key.removesuffix(".arrow") + f"-{chunk:03d}.arrow"
+    return put_shard(store, key, quarantine_table(qrows), kind="quarantine",
+                     compression=cfg.shards.compression,
+                     record_batch_rows=cfg.shards.record_batch_rows)
+
+
+def rewrite_shards(store: ObjectStore, cfg: DatasetConfig, shards: list[WrittenShard],
+                   drop: dict[str, np.ndarray]) -> list[WrittenShard]:
+    """Rewrite the staged data shards that hold duplicates, without them (one shard in
+    memory at a time). Returns the new data shard list."""
     out = []
     for s in shards:
         if s.path not in drop:
@@ -111,18 +194,13 @@ def remove_duplicates(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: p
             continue
         with ipc.open_file(pa.BufferReader(store.get_bytes(s.path))) as f:
             table = f.read_all()
-        keep = pc.invert(pc.is_in(pa.array(range(table.num_rows), pa.int64()),
-                                  value_set=pa.array(sorted(drop[s.path]), pa.int64())))
-        kept = table.filter(keep)
+        keep = np.ones(table.num_rows, bool)
+        keep[drop[s.path]] = False
+        kept = table.filter(pa.array(keep))
         if kept.num_rows:
             out.append(put_shard(store, layout.staged_rewrite_key(s.path), kept,
                                  kind="data", compression=cfg.shards.compression,
                                  record_batch_rows=cfg.shards.record_batch_rows, label=s.label,
                                  split=s.split))
         store.delete([s.path])
-    log.info("quarantined %d duplicate id(s); rewrote %d staged shard(s)", len(dups), len(drop))
-    q = put_shard(store, layout.staged_duplicates_key(cfg.prefix, run_id),
-                  quarantine_table(qrows),
-                  kind="quarantine", compression=cfg.shards.compression,
-                  record_batch_rows=cfg.shards.record_batch_rows)
-    return out, q
+    return out

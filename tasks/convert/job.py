@@ -7,8 +7,11 @@ staged shards under ``staging/<run>/`` with its task number *and attempt number*
 file name (a retried or speculative attempt never overwrites another attempt's file). Two
 slices of one large object (``split``) are two units of work, in different tasks or
 one after the other through the same task's writer (whose sequence number goes on), so
-they never share a name either. It returns one small metadata row per input row (and one
-per shard written); only what the driver collects from the successful attempts is ever
+they never share a name either. The per-row metadata (one row per input row: published
+where, or quarantined why) goes into the task's own row file (``rowfiles``, under the same
+attempt-named scheme); the task returns one small metadata row per file it wrote (shards and
+its row file, with the row file's counts), so what the driver collects follows the tasks and
+shards, not the rows. Only what the driver collects from the successful attempts is ever
 published.
 
 Containment: nothing one object or one row does may fail the task (and with it the batch,
@@ -38,6 +41,7 @@ from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import read_source
 from shardline.tasks.convert.limits import excerpt
 from shardline.tasks.convert.readers import Problem, Record, Unreadable
+from shardline.tasks.convert.rowfiles import encode_rows, row_file_key
 from shardline.tasks.convert.rows import Normaliser, RowError
 from shardline.tasks.convert.shard_writer import (
     DataShardWriter,
@@ -49,21 +53,22 @@ from shardline.tasks.convert.split import Part
 
 META_SCHEMA = pa.schema(
     [
-        ("kind", pa.string()),        # "row" | "shard"
-        ("status", pa.string()),      # row: "ok" | "quarantined"; shard: "data" | "quarantine"
+        ("kind", pa.string()),        # "rows" (the task's row file) | "shard"
+        ("status", pa.string()),      # shard: "data" | "quarantine"
         ("id", pa.string()),
         ("label", pa.int16()),
         ("source_key", pa.string()),
         ("source_row", pa.int64()),
         ("rule", pa.string()),
-        ("shard", pa.string()),       # row: its staged shard; shard: its own key
-        ("shard_row", pa.int64()),    # row: index within the shard; shard: row count
+        ("shard", pa.string()),       # the file's key
+        ("shard_row", pa.int64()),    # the file's row count
         ("bytes", pa.int64()),
         ("sha256", pa.string()),
         ("xxh3_128", pa.string()),
         ("label_min", pa.int16()),
         ("label_max", pa.int16()),
-        ("label_counts", pa.string()),  # shard: JSON {label index: rows}
+        ("label_counts", pa.string()),  # shard: JSON {label index: rows}; rows: JSON
+                                        # {"by_rule": {rule: rows}, "ok_per_bucket": [...]}
         ("split", pa.string()),         # data shard: "train" | "holdout"
     ]
 )
@@ -135,7 +140,7 @@ def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
         written.append(put_shard(store, key, quarantine_table(bad), kind="quarantine",
                                  compression=cfg.shards.compression,
                                  record_batch_rows=cfg.shards.record_batch_rows))
-    return _metadata(writer, bad, written)
+    return _metadata(store, row_file_key(stage, task, attempt), writer, bad, written)
 
 
 def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataShardWriter,
@@ -172,20 +177,29 @@ def _str(value: object) -> str | None:
     return value[:256] if isinstance(value, str) and value.isprintable() else excerpt(value, 256)
 
 
-def _metadata(writer: DataShardWriter, bad: list[dict], written: list[WrittenShard]
-              ) -> pa.RecordBatch:
+def _metadata(store: ObjectStore, rows_key: str, writer: DataShardWriter, bad: list[dict],
+              written: list[WrittenShard]) -> pa.RecordBatch:
+    """Write the task's row file; return one metadata row per file written."""
+    rows: dict[str, list] = {
+        "id": [p[1] for p in writer.placed] + [b.get("id") for b in bad],
+        "label": [p[3] for p in writer.placed] + [None] * len(bad),
+        "source_key": [p[0] for p in writer.placed] + [b["source_key"] for b in bad],
+        "source_row": [p[2] for p in writer.placed] + [b["source_row"] for b in bad],
+        "status": ["ok"] * len(writer.placed) + ["quarantined"] * len(bad),
+        "rule": [None] * len(writer.placed) + [b["rule"] for b in bad],
+        "shard": [p[4] for p in writer.placed] + [None] * len(bad),
+        "shard_row": [p[5] for p in writer.placed] + [None] * len(bad),
+    }
+    body, by_rule, ok_per_bucket = encode_rows(rows)
+    store.put_bytes(rows_key, body)
     cols: dict[str, list] = {f.name: [] for f in META_SCHEMA}
 
     def row(**kw: object) -> None:
         for name, values in cols.items():
             values.append(kw.get(name))
 
-    for key, rid, srow, label, shard, j in writer.placed:
-        row(kind="row", status="ok", id=rid, label=label, source_key=key, source_row=srow,
-            shard=shard, shard_row=j)
-    for b in bad:
-        row(kind="row", status="quarantined", id=b.get("id"), source_key=b["source_key"],
-            source_row=b["source_row"], rule=b["rule"])
+    row(kind="rows", shard=rows_key, shard_row=len(rows["id"]), bytes=len(body),
+        label_counts=json.dumps({"by_rule": by_rule, "ok_per_bucket": ok_per_bucket}))
     for s in written:
         row(kind="shard", status=s.kind, label=s.label, shard=s.path, shard_row=s.rows,
             bytes=s.bytes, sha256=s.sha256, xxh3_128=s.xxh3_128, label_min=s.label_min,

@@ -1,0 +1,131 @@
+"""A converted batch sitting in staging, not yet visible to any reader.
+
+The driver holds only what follows the tasks, shards and classes: the staged shards, the
+tasks' row files (``rowfiles``) with their counts, where the duplicate check removed rows
+(8 bytes a duplicate) and the staged id file. The per-row table is read back from the row
+files on demand: by validation one bucket range at a time (``iter_rows``), and whole only
+where a caller asks for ``rows`` (tests; the set-aside record of a failed validation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.tasks.batch import Batch
+from shardline.tasks.convert.rowfiles import CHUNK_ROWS, RowFile, iter_chunks
+from shardline.tasks.convert.shard_writer import WrittenShard
+from shardline.tasks.id_index import open_reader
+
+ROW_COLUMNS = ["id", "label", "source_key", "source_row", "status", "rule"]
+
+
+@dataclass
+class Converted:
+    batch: Batch
+    run_id: str
+    base_version: int | None          # the version whose ids were checked for duplicates
+    data_shards: list[WrittenShard]
+    quarantine_shards: list[WrittenShard]
+    row_files: list[RowFile]          # the successful attempts' row files, by task
+    store_settings: StoreSettings
+    rows_in: int
+    by_rule: dict[str, int]           # quarantined rows per rule (duplicates included)
+    ids_key: str                      # the staged id file: the ids to publish
+    dropped: dict[str, np.ndarray] = field(default_factory=dict)  # duplicates: shard -> rows
+    timings: dict[str, float] = field(default_factory=dict)
+    reader: Any = field(default=None, repr=False, compare=False)   # the store (not pickled)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["reader"] = None
+        return state
+
+    def _store(self, store: ObjectStore | None = None) -> ObjectStore:
+        if store is not None:
+            return store
+        if self.reader is None:
+            self.reader = ObjectStore(self.store_settings)
+        return self.reader
+
+    @property
+    def rows_ok(self) -> int:
+        return sum(s.rows for s in self.data_shards)
+
+    @property
+    def rows_quarantined(self) -> int:
+        return self.rows_in - self.rows_ok
+
+    def _mark(self, table: pa.Table) -> pa.Table:
+        """Rows the duplicate check removed read ``quarantined`` / ``duplicate_id``."""
+        status, rule = table.column("status"), table.column("rule")
+        if self.dropped and table.num_rows:
+            shard, srow = table.column("shard"), table.column("shard_row")
+            hit = np.zeros(table.num_rows, bool)
+            for key, rows in self.dropped.items():
+                on = pc.fill_null(pc.equal(shard, key), False).to_numpy(zero_copy_only=False)
+                if on.any():
+                    hit |= on & pc.is_in(srow, value_set=pa.array(rows, pa.int64())).to_numpy(
+                        zero_copy_only=False)
+            if hit.any():
+                dup = pa.array(hit)
+                status = pc.if_else(dup, "quarantined", status)
+                rule = pc.if_else(dup, "duplicate_id", rule)
+        return pa.table({"id": table.column("id"), "label": table.column("label"),
+                         "source_key": table.column("source_key"),
+                         "source_row": table.column("source_row"),
+                         "status": pc.cast(status, pa.string()),
+                         "rule": pc.cast(rule, pa.string())})
+
+    def iter_rows(self, store: ObjectStore | None = None, max_rows: int = CHUNK_ROWS,
+                  passed_only: bool = False) -> Iterator[pa.Table]:
+        """The per-row table (``ROW_COLUMNS``), one id-bucket range (~``max_rows`` rows) at a
+        time; ``passed_only``: only the rows to publish (duplicates left out)."""
+        for _, table, _ in iter_chunks(self._store(store), self.row_files, max_rows,
+                                       passed_only=passed_only):
+            marked = self._mark(table)
+            if passed_only:
+                marked = marked.filter(pc.equal(marked.column("status"), "ok"))
+            yield marked
+
+    @property
+    def rows(self) -> pa.Table:
+        """Every input row in one table: O(rows) memory, for tests and small batches."""
+        parts = list(self.iter_rows())
+        return pa.concat_tables(parts) if parts else pa.schema(
+            [("id", pa.string()), ("label", pa.int16()), ("source_key", pa.string()),
+             ("source_row", pa.int64()), ("status", pa.string()),
+             ("rule", pa.string())]).empty_table()
+
+    def quarantine_examples(self, n: int = 50, store: ObjectStore | None = None) -> list[dict]:
+        """The first ``n`` quarantined rows, task by task (reads row files until it has n)."""
+        out: list[dict] = []
+        for f in self.row_files:
+            if len(out) >= n:
+                break
+            if not (f.rows > sum(f.ok_per_bucket) or self.dropped):
+                continue
+            for _, table, _ in iter_chunks(self._store(store), [f], 1 << 62):
+                bad = self._mark(table)
+                bad = bad.filter(pc.not_equal(bad.column("status"), "ok"))
+                out += bad.select(["source_key", "source_row", "id", "rule"]).slice(
+                    0, n - len(out)).to_pylist()
+        return out[:n]
+
+    def iter_published_ids(self, store: ObjectStore | None = None) -> Iterator[pa.Array]:
+        """The ids to publish, one hash bucket of the staged id file at a time."""
+        reader = open_reader(self._store(store), self.ids_key)
+        for k in range(reader.num_record_batches):
+            yield reader.get_batch(k).column(0)
+
+    def published_ids(self) -> pa.Array:
+        """Every id to publish in one array (O(rows): tests and small batches)."""
+        parts = list(self.iter_published_ids())
+        return pa.chunked_array(parts, pa.string()).combine_chunks()
