@@ -78,9 +78,9 @@ class ShardlineSet:
     def __init__(self, files: SetFiles, compression: str, store: ObjectStore,
                  cache_root: Path | None = None, spec: LoaderSpec | None = None,
                  train: TrainConfig | None = None, pin_memory: bool = False,
-                 prebuild: bool = True) -> None:
+                 prebuild: bool = True, arena: bool = True) -> None:
         self.cfg = files.spec.dataset(compression)
-        self.pin_memory, self.prebuild = pin_memory, prebuild
+        self.pin_memory, self.prebuild, self.arena = pin_memory, prebuild, arena
         self.spec, self.train = spec or LoaderSpec(), train or TrainConfig(batch_size=BATCH)
         self.manifest = files.manifest(compression)
         cache = ShardCache(cache_root or files.cache_dir(compression),
@@ -98,7 +98,7 @@ class ShardlineSet:
                            window_min_shards=self.spec.window_min_shards,
                            pin_memory=self.pin_memory,
                            lookahead_bytes=int(self.spec.lookahead_mb * 2**20),
-                           prebuild=self.prebuild)
+                           prebuild=self.prebuild, arena_bytes=None if self.arena else 0)
 
     def batches(self, epochs: int = 10**6) -> Batches:
         stream = self.stream(epochs)

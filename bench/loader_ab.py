@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     store = ObjectStore(StoreSettings(bucket="unused", endpoint_url="http://127.0.0.1:9",
                                       access_key="x", secret_key="x"))
     sets = {"shardline": C.ShardlineSet(files, "none", store),
-            "shardline_noprebuild": C.ShardlineSet(files, "none", store, prebuild=False),
+            "shardline_noarena": C.ShardlineSet(files, "none", store, arena=False),
+            "shardline_noprebuild": C.ShardlineSet(files, "none", store, prebuild=False,
+                                                   arena=False),
             "shardline_thread": C.ShardlineSet(files, "none", store,
                                                spec=LoaderSpec(prefetch_batches=4))}
 

@@ -45,6 +45,11 @@ class Picks:
     # batch start -> the copies of that full batch: (take method, rows, out lo, out hi)
     plans: dict[int, list[tuple[Any, np.ndarray, int, int]]] = field(
         init=False, repr=False, default_factory=dict)
+    # with a ``ShardArena``: every pick's row in ``arena`` (one ``take`` per batch), and the
+    # shard ordinals whose arena rows it reads
+    arena: np.ndarray | None = field(init=False, repr=False, default=None)
+    flat: np.ndarray | None = field(init=False, repr=False, default=None)
+    shards: tuple[int, ...] = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         if len(self.seg) == 0:
@@ -134,6 +139,9 @@ def gather_into(out: np.ndarray, picks: Picks, lo: int, hi: int, at: int,
         labels[at:at + n] = picks.label[lo:hi]
     if keys is not None:
         keys[at:at + n] = picks.key[lo:hi]
+    if picks.arena is not None and picks.flat is not None:
+        picks.arena.take(picks.flat[lo:hi], 0, out[at:at + n], "clip")
+        return
     runs = picks.runs
     i, j = bisect_right(runs, lo) - 1, bisect_left(runs, hi)
     bounds = [lo, *runs[i + 1:j], hi]

@@ -17,6 +17,11 @@ resume are unchanged) and works out each full batch's copies (``picks.plan_batch
 a batch inside a window is only its ``take`` calls. ``prebuild=False`` builds every window
 inline and does the bookkeeping per batch.
 
+Arena (``arena_bytes``, default the reader's keep-open budget; 0: off): the window's shards
+are copied once into one ``ShardArena`` buffer and a batch is one ``take`` of precomputed
+arena rows instead of one per shard it touches (``trainer.arena``); same bytes, same order,
+same state. A window whose shards do not fit is gathered from the maps.
+
 Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
 ``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
 ``epoch_end``.
@@ -26,13 +31,14 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from shardline.trainer.arena import ShardArena
 from shardline.trainer.buffers import BufferPool, as_nchw
 from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
 from shardline.trainer.picks import Picks, build_picks, gather_into, plan_batches
@@ -51,7 +57,8 @@ class ShardStream(BaseNode[Batch]):
     def __init__(self, plan: TrainPlan, reader: ShardReader, *, batch_size: int, epochs: int,
                  seed: int, rank: int = 0, world: int = 1, window_rows: int = 8192,
                  window_min_shards: int = 8, pin_memory: bool = False,
-                 lookahead_bytes: int | None = None, prebuild: bool = True) -> None:
+                 lookahead_bytes: int | None = None, prebuild: bool = True,
+                 arena_bytes: int | None = None) -> None:
         super().__init__()
         if batch_size <= 0 or epochs <= 0:
             raise ValueError(f"{batch_size=} and {epochs=} must be positive")
@@ -71,11 +78,18 @@ class ShardStream(BaseNode[Batch]):
         self._rows: dict[int, np.ndarray] = {}
         self._last_members: tuple[int, ...] = ()
         self._last_picks = build_picks([])
+        self._last_items: list[tuple[int, Any]] = []          # (ordinal, open shard)
+        self._last_seg_at: list[tuple[int, int]] = []         # per segment: (item, start)
+        budget = reader.keep_open_bytes if arena_bytes is None else arena_bytes
+        widest = max((len(w) for w in self._epoch_windows(0)), default=0)
+        self.arena = ShardArena.sized(budget, [s.entry.rows for s in self._shards],
+                                      self.nbytes, min(len(self._shards), 2 * widest))
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
                        f"/win{window_rows}x{window_min_shards}")
         self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
         self.samples, self.busy_s = 0, 0.0       # production stats (read by the trainer)
         self.windows_built = self.windows_prebuilt = 0   # windows, and those from the helper
+        self.windows_arena = 0                           # builds gathered from the arena
 
     # -- state ------------------------------------------------------------------------------
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -92,6 +106,8 @@ class ShardStream(BaseNode[Batch]):
             self._w = int(initial_state[self.WINDOW_KEY])
             self._offset = int(initial_state[self.OFFSET_KEY])
         self._win: Picks | None = None
+        if self._ahead is not None:        # a helper still building: let it finish first
+            _settled(self._ahead[1])
         self._ahead = None
 
     def get_state(self) -> dict[str, Any]:
@@ -109,8 +125,10 @@ class ShardStream(BaseNode[Batch]):
             out, full = self.pool.views(images, self.shape)
             n, epoch, win, at = 0, self._epoch, self._win, self._offset
             if win is not None and at + size < len(win):   # common case: inside one window
-                plan = win.plans.get(at)
-                if plan is None:
+                flat = win.flat
+                if flat is not None:                       # one take from the arena
+                    win.arena.take(flat[at:at + size], 0, out, "clip")  # type: ignore[union-attr]
+                elif (plan := win.plans.get(at)) is None:
                     gather_into(out, win, at, at + size, 0)
                 else:                                      # copies worked out per window
                     for take, rows, a, b in plan:
@@ -174,6 +192,8 @@ class ShardStream(BaseNode[Batch]):
                 return None
             phase = (self._offset + self.batch_size - carried) % self.batch_size
             self._win = self._built(self._epoch, self._w, phase)
+            if self.arena is not None:     # its rows stay put while it is read
+                self.arena.protect(self._win.shards)
             if self.prebuild:
                 self._build_next(len(windows), len(self._win), phase)
         return self._win
@@ -191,6 +211,8 @@ class ShardStream(BaseNode[Batch]):
                 return picks
             except Exception:  # noqa: BLE001 - build it here, where the error is raised
                 pass
+        elif ahead is not None:     # another window: no two builds place arena rows at once
+            _settled(ahead[1])
         return self._build(epoch, w, phase)
 
     def _build_next(self, n_windows: int, length: int, phase: int) -> None:
@@ -221,7 +243,7 @@ class ShardStream(BaseNode[Batch]):
         members = tuple(sorted(windows[w]))   # the window's samples in a canonical order
         with self._build_lock:
             if self._last_members != members:     # (a one-window epoch reuses them)
-                items = []
+                items, self._last_items, self._last_seg_at = [], [], []
                 for i in members:
                     s = self._shards[i]
                     shard = self.reader.open(s)
@@ -230,12 +252,21 @@ class ShardStream(BaseNode[Batch]):
                         rows = self._rows[s.ordinal] = self.plan.train_rows(
                             s, self.reader.index(s))
                     items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
+                    self._last_seg_at += [(len(self._last_items), int(a))
+                                          for a in shard.starts[:len(shard.segments)]]
+                    self._last_items.append((s.ordinal, shard))
                 self._last_members, self._last_picks = members, build_picks(items)
-            picks = self._last_picks
+            picks, shards, seg_at = self._last_picks, self._last_items, self._last_seg_at
         pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)
         win = picks.select(pos, chunk=self.batch_size, phase=phase)
-        if self.prebuild:     # (without the helper, as before: bookkeeping per batch)
+        bases = None if self.arena is None else self.arena.place(shards)
+        if bases is not None and self.arena is not None:
+            seg_base = np.array([bases[i] + a for i, a in seg_at], np.int64)
+            win.flat = seg_base[win.seg] + win.row
+            win.arena, win.shards = self.arena.data, tuple(o for o, _ in shards)
+            self.windows_arena += 1
+        elif self.prebuild:     # (without the helper, as before: bookkeeping per batch)
             plan_batches(win, self.batch_size, phase)
         return win
 
@@ -243,3 +274,9 @@ class ShardStream(BaseNode[Batch]):
         """Samples produced and the seconds spent producing them (fetch waits included)."""
         rate = self.samples / self.busy_s if self.busy_s > 0 else 0.0
         return {"samples": float(self.samples), "busy_s": self.busy_s, "samples_per_s": rate}
+
+
+def _settled(fut: Future[Picks]) -> None:
+    """Wait for a helper's build to end, whatever its outcome (its window is rebuilt where
+    it is needed)."""
+    wait([fut])

@@ -189,3 +189,55 @@ def test_prebuilt_windows_give_the_same_batches_and_resume(local_digits: LocalDi
     resumed.load_state_dict(state)
     rest = [b["key"].tolist() for b in resumed]
     assert rest == [b["key"].tolist() for b in inline[len(ahead) // 2:]]
+
+
+def _slot_bytes(plan: TrainPlan) -> int:
+    return max(s.entry.rows for s in plan.train_shards) * 64          # 8x8x1 digits
+
+
+@pytest.mark.parametrize("batch_size", [32, 37])
+@pytest.mark.parametrize("slots", ["all", "tight", "none"])
+def test_arena_gives_the_same_batches_and_resume(local_digits: LocalDigits, batch_size: int,
+                                                 slots: str) -> None:
+    """Gathering from the shard arena (one take per batch) changes no byte, order or state:
+    with every shard resident, with just room for two windows (shards evicted and copied
+    in again as windows move on), and with too little room (no arena: the maps)."""
+    plan = local_digits.plan(since=None)
+    kw: dict[str, object] = dict(epochs=3, batch_size=batch_size, window_rows=150)
+    probe = stream(local_digits, plan, **kw)
+    widest = max(len(w) for w in probe._epoch_windows(0))
+    budget = {"all": None, "tight": 2 * widest * _slot_bytes(plan),
+              "none": widest * _slot_bytes(plan)}[slots]
+    maps = stream(local_digits, plan, arena_bytes=0, **kw)
+    s_arena = stream(local_digits, plan, arena_bytes=budget, **kw)
+    want = list(make_train_loader(maps, LoaderSpec()))
+    got = list(make_train_loader(s_arena, LoaderSpec()))
+    assert maps.arena is None and maps.windows_arena == 0
+    if slots == "none":
+        assert s_arena.arena is None
+    else:
+        assert s_arena.arena is not None
+        assert s_arena.windows_arena >= s_arena.windows_built - 1 > 6   # (a tight arena may
+        n_shards = len(plan.train_shards)                               # miss one window)
+        if slots == "all":
+            assert s_arena.arena.copied == n_shards                     # once each, kept
+        else:
+            assert s_arena.arena.copied > n_shards                      # evicted, re-copied
+    assert len(got) == len(want) > 3 * 1400 // batch_size
+    for a, b in zip(got, want, strict=True):
+        assert a["key"].tolist() == b["key"].tolist() and a["epoch"] == b["epoch"]
+        assert a["epoch_end"] == b["epoch_end"]
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    for stop, depth in ((1, 4), (len(want) // 2, 0), (len(want) - 2, 4)):
+        spec = LoaderSpec(prefetch_batches=depth)
+        loader = make_train_loader(stream(local_digits, plan, arena_bytes=budget, **kw), spec)
+        it = iter(loader)
+        for _ in range(stop):
+            next(it)
+        state = loader.state_dict()
+        resumed = make_train_loader(stream(local_digits, plan, arena_bytes=budget, **kw), spec)
+        resumed.load_state_dict(state)
+        rest = list(resumed)
+        assert [b["key"].tolist() for b in rest] == [b["key"].tolist() for b in want[stop:]]
+        assert all(torch.equal(a["image"], b["image"]) for a, b in zip(rest, want[stop:],
+                                                                       strict=True))
