@@ -5,9 +5,7 @@ quarantine and diff views. Real moto S3, a real Prefect server where one is need
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -17,9 +15,8 @@ from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.infra import procs
 from tests.integration.api_data import REJECTS, SPLITS, Published, publish_three
+from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.trainer_data import config_toml
-
-EXE = str(Path(sys.executable).parent / "shardline")
 
 
 @pytest.fixture
@@ -36,13 +33,7 @@ def config(published: Published, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def env(store_settings: StoreSettings, tmp_path: Path) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SHARDLINE_", "PREFECT_API", "AWS_"))}
-    return {**base, "SHARDLINE_HOME": str(tmp_path / "no-stack"),
-            "SHARDLINE_BUCKET": store_settings.bucket,
-            "SHARDLINE_S3_ENDPOINT_URL": str(store_settings.endpoint_url),
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "SHARDLINE_CHECK_TIMEOUT": "3"}
+    return cli_env(store_settings, tmp_path)
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

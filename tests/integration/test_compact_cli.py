@@ -4,28 +4,15 @@ dry run, compaction, re-run, and a user error as one line."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from shardline.core.config import StoreSettings
 from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
+from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.compact_data import BATCHES, publish_small
 from tests.integration.trainer_data import config_toml, digits_config
-
-EXE = str(Path(sys.executable).parent / "shardline")
-
-
-def _env(settings: StoreSettings, tmp_path: Path) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SHARDLINE_", "PREFECT_API", "AWS_"))}
-    return {**base, "SHARDLINE_HOME": str(tmp_path / "no-stack"),
-            "SHARDLINE_BUCKET": settings.bucket,
-            "SHARDLINE_S3_ENDPOINT_URL": str(settings.endpoint_url),
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "SHARDLINE_CHECK_TIMEOUT": "3"}
 
 
 def test_compact_command(store: ObjectStore, store_settings: StoreSettings,
@@ -34,7 +21,7 @@ def test_compact_command(store: ObjectStore, store_settings: StoreSettings,
     publish_small(store, cfg.dataset)
     path = tmp_path / "dataset.toml"
     path.write_text(config_toml(cfg))
-    env = _env(store_settings, tmp_path)
+    env = cli_env(store_settings, tmp_path)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([EXE, "compact", "-c", str(path), *args], env=env,
