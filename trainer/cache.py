@@ -11,8 +11,9 @@ The digest checked is the manifest's XXH3-128 (~20 GB/s on one core) when the en
 one, else its sha256 (~1.8 GB/s: on a small machine it cost more CPU than receiving the
 bytes). Transfer errors are also caught by S3's own CRC, which botocore checks on every
 GET that returns one; the digest here ties the bytes to the manifest and catches a
-corrupted or truncated cache file. Each fetch thread reads into one reused buffer
-(``readinto``), hashes and writes from it.
+corrupted or truncated cache file. Each fetch thread receives into one reused buffer
+(``trainer.receive``: straight from the socket where the response allows), hashes and
+writes from it, into a file whose blocks are reserved up front.
 
 The size bound is enforced by least-recently-used eviction after each download (files are
 touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:
@@ -55,6 +56,7 @@ class CacheStats:
     refetched_corrupt: int = 0
     evicted: int = 0
     bytes_fetched: int = 0
+    received_direct: int = 0       # fetches received by http.client's readinto (receive.py)
     fetch_seconds: float = 0.0
 
 
@@ -198,6 +200,9 @@ class ShardCache:
         try:
             body = Body(self.store.client.get_object(Bucket=self.store.bucket,
                                                      Key=key)["Body"], where)
+            if body.direct:
+                with self._lock:
+                    self.stats.received_direct += 1
             complete = False
             try:
                 with open(tmp, "wb") as f:
