@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -63,40 +63,78 @@ def raw_get(store: ObjectStore, entries: list[ShardEntry], threads: int) -> floa
     return total / (time.perf_counter() - t0)
 
 
-def first_epoch(files: SetFiles, store: ObjectStore, scratch: Path) -> tuple[float, float]:
-    """(samples/s, shard bytes/s) of one epoch of the trainer's loader from an empty cache."""
+def first_epoch(files: SetFiles, store: ObjectStore, scratch: Path,
+                times: dict[str, list[float]] | None = None) -> tuple[float, float]:
+    """(samples/s, shard bytes/s) of one epoch of the trainer's loader from an empty cache;
+    appends the seconds to the first batch and to the end of the epoch to ``times``."""
     cache = scratch / f"cold-{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     s = ShardlineSet(files, "none", store, cache_root=cache)
+    first = None
     try:
-        n = sum(len(labels) for _, labels in s.batches(epochs=1))
+        n = 0
+        for _, labels in s.batches(epochs=1):
+            n += len(labels)
+            first = first or time.perf_counter() - t0
         elapsed = time.perf_counter() - t0
     finally:
         s.close()
         shutil.rmtree(cache, ignore_errors=True)
+    if times is not None:
+        times.setdefault("first_batch_s", []).append(first or elapsed)
+        times.setdefault("epoch_s", []).append(elapsed)
     return n / elapsed, s.manifest.bytes / elapsed
 
 
-def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def previous_receive() -> Iterator[None]:
+    """The cache's receive path before ``trainer.receive``: botocore's ``readinto`` (urllib3
+    reads and copies), no block reservation. Only for a before/after in the same rounds."""
+    from shardline.trainer import cache, receive
+
+    saved = receive._direct, cache._reserve
+    receive._direct = lambda raw: None
+    cache._reserve = lambda fd, size: None
+    try:
+        yield
+    finally:
+        receive._direct, cache._reserve = saved
+
+
+def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,
+            previous: bool = False) -> dict[str, Any]:
+    """Interleaved rounds of raw GETs and the cold first epoch (and, with ``previous``, the
+    first epoch with the cache's previous receive path)."""
     entries = upload(store, files)
     threads = TrainConfig().fetch_threads
     samples: list[float] = []
+    times: dict[str, list[float]] = {}
 
     def shardline() -> float:
-        rate, bps = first_epoch(files, store, scratch)
+        rate, bps = first_epoch(files, store, scratch, times)
         samples.append(rate)
         return bps
 
-    values = interleaved({"raw_get": lambda: raw_get(store, entries, threads),
-                          "shardline_cold": shardline}, rounds)
-    return {
+    def shardline_previous() -> float:
+        with previous_receive():
+            return first_epoch(files, store, scratch)[1]
+
+    fns = {"raw_get": lambda: raw_get(store, entries, threads), "shardline_cold": shardline}
+    if previous:
+        fns["shardline_cold_previous"] = shardline_previous
+    values = interleaved(fns, rounds)
+    out = {
         "bytes": sum(e.bytes for e in entries), "shards": len(entries), "fetch_threads": threads,
         "raw_get_mb_per_s": median(values["raw_get"]) / 1e6,
         "shardline_cold_mb_per_s": median(values["shardline_cold"]) / 1e6,
         "shardline_cold_samples_per_s": median(samples),
+        "first_batch_s": median(times["first_batch_s"]), "epoch_s": median(times["epoch_s"]),
         "rounds": {k: [round(v / 1e6, 1) for v in vs] for k, vs in values.items()},
         "shardline_vs_raw_get": ratio(values["shardline_cold"], values["raw_get"]),
     }
+    if previous:
+        out["previous_vs_raw_get"] = ratio(values["shardline_cold_previous"], values["raw_get"])
+    return out
 
 
 # -- standalone: python -m bench.loader_cold [--set S|L] [--quick] [--pin off|on|both] ----
@@ -125,7 +163,7 @@ class Pinning:
         set_affinity(0, ours)
 
 
-def run(set_name: str, quick: bool, pin: str, rounds: int,
+def run(set_name: str, quick: bool, pin: str, rounds: int, previous: bool = False,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
     from bench.common import machine
     from bench.loader_data import SetSpec, pixels
@@ -150,7 +188,7 @@ def run(set_name: str, quick: bool, pin: str, rounds: int,
         upload(store, files)
         for mode in modes:
             pinning.apply(mode)
-            out["pin"][mode] = measure(files, store, scratch, rounds)
+            out["pin"][mode] = measure(files, store, scratch, rounds, previous)
             log(f"{set_name} pin={mode}: ratio {out['pin'][mode]['shardline_vs_raw_get']:.3f}"
                 f" rounds {out['pin'][mode]['rounds']}")
     finally:
@@ -168,16 +206,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", choices=("off", "on", "both"), default="off",
                     help="on: the S3 server on the last usable CPU, the benchmark on the rest")
     ap.add_argument("--rounds", type=int, default=None, help="default 3 (quick) or 7")
+    ap.add_argument("--previous", action="store_true",
+                    help="also the cache's previous receive path, in the same rounds")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args(argv)
-    r = run(args.set, args.quick, args.pin, args.rounds or (3 if args.quick else 7))
+    r = run(args.set, args.quick, args.pin, args.rounds or (3 if args.quick else 7),
+            args.previous)
     if args.json:
         print(json.dumps(r))
     else:
         for mode, m in r["pin"].items():
             print(f"{r['set']} pin={mode}: raw GET {m['raw_get_mb_per_s']:.0f} MB/s, "
                   f"shardline {m['shardline_cold_mb_per_s']:.0f} MB/s, "
-                  f"ratio {m['shardline_vs_raw_get']:.3f}")
+                  f"ratio {m['shardline_vs_raw_get']:.3f} (previous receive: "
+                  f"{m.get('previous_vs_raw_get', float('nan')):.3f}), first batch "
+                  f"{m['first_batch_s']:.3f} s of {m['epoch_s']:.3f} s")
         print(f"load average {r['machine']['load_avg_at_start']} -> {r['load_avg_at_end']}")
     return 0
 
