@@ -45,11 +45,9 @@ class Picks:
     # batch start -> the copies of that full batch: (take method, rows, out lo, out hi)
     plans: dict[int, list[tuple[Any, np.ndarray, int, int]]] = field(
         init=False, repr=False, default_factory=dict)
-    # with a ``ShardArena``: every pick's row in ``arena`` (one ``take`` per batch), and the
-    # shard ordinals whose arena rows it reads
+    # with a ``ShardArena``: every pick's row in ``arena`` (one ``take`` per batch)
     arena: np.ndarray | None = field(init=False, repr=False, default=None)
     flat: np.ndarray | None = field(init=False, repr=False, default=None)
-    shards: tuple[int, ...] = field(init=False, repr=False, default=())
 
     def __post_init__(self) -> None:
         if len(self.seg) == 0:

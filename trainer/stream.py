@@ -17,10 +17,13 @@ resume are unchanged) and works out each full batch's copies (``picks.plan_batch
 a batch inside a window is only its ``take`` calls. ``prebuild=False`` builds every window
 inline and does the bookkeeping per batch.
 
-Arena (``arena_bytes``, default the reader's keep-open budget; 0: off): the window's shards
-are copied once into one ``ShardArena`` buffer and a batch is one ``take`` of precomputed
-arena rows instead of one per shard it touches (``trainer.arena``); same bytes, same order,
-same state. A window whose shards do not fit is gathered from the maps.
+Arena (``arena_bytes``, default the reader's keep-open budget; 0: off): when the training
+set fits, its shards are copied once into one ``ShardArena`` buffer and a batch of a window
+whose shards are all there is one ``take`` of precomputed arena rows instead of one per
+shard it touches (``trainer.arena``); same bytes, same order, same state. The helper copies
+its window's shards after handing the window over, so the copies never hold up a batch; a
+window built before its shards were copied reads the maps (without the helper the stream
+copies them itself when it builds the window).
 
 Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
 ``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
@@ -29,9 +32,10 @@ Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -81,9 +85,8 @@ class ShardStream(BaseNode[Batch]):
         self._last_items: list[tuple[int, Any]] = []          # (ordinal, open shard)
         self._last_seg_at: list[tuple[int, int]] = []         # per segment: (item, start)
         budget = reader.keep_open_bytes if arena_bytes is None else arena_bytes
-        widest = max((len(w) for w in self._epoch_windows(0)), default=0)
-        self.arena = ShardArena.sized(budget, [s.entry.rows for s in self._shards],
-                                      self.nbytes, min(len(self._shards), 2 * widest))
+        self.arena = ShardArena.sized(budget, {s.ordinal: s.entry.rows for s in self._shards},
+                                      self.nbytes)
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
                        f"/win{window_rows}x{window_min_shards}")
         self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
@@ -106,8 +109,6 @@ class ShardStream(BaseNode[Batch]):
             self._w = int(initial_state[self.WINDOW_KEY])
             self._offset = int(initial_state[self.OFFSET_KEY])
         self._win: Picks | None = None
-        if self._ahead is not None:        # a helper still building: let it finish first
-            _settled(self._ahead[1])
         self._ahead = None
 
     def get_state(self) -> dict[str, Any]:
@@ -192,8 +193,6 @@ class ShardStream(BaseNode[Batch]):
                 return None
             phase = (self._offset + self.batch_size - carried) % self.batch_size
             self._win = self._built(self._epoch, self._w, phase)
-            if self.arena is not None:     # its rows stay put while it is read
-                self.arena.protect(self._win.shards)
             if self.prebuild:
                 self._build_next(len(windows), len(self._win), phase)
         return self._win
@@ -211,8 +210,6 @@ class ShardStream(BaseNode[Batch]):
                 return picks
             except Exception:  # noqa: BLE001 - build it here, where the error is raised
                 pass
-        elif ahead is not None:     # another window: no two builds place arena rows at once
-            _settled(ahead[1])
         return self._build(epoch, w, phase)
 
     def _build_next(self, n_windows: int, length: int, phase: int) -> None:
@@ -232,9 +229,21 @@ class ShardStream(BaseNode[Batch]):
                 fut.set_result(self._build(*key))
             except BaseException as exc:  # noqa: BLE001 - rebuilt (and raised) on use
                 fut.set_exception(exc)
+                return
+            # after the hand-over, off the batch path; on failure those shards' windows
+            # keep reading the maps
+            with contextlib.suppress(Exception):
+                self._fill_arena(key[0], key[1])
 
         threading.Thread(target=run, daemon=True, name="shard-window").start()
         self._ahead = (key, fut)
+
+    def _fill_arena(self, epoch: int, w: int) -> None:
+        """Copy window ``w``'s shards into the arena (those nobody else has claimed)."""
+        if self.arena is not None:
+            shards = [(self._shards[i].ordinal, self.reader.open(self._shards[i]))
+                      for i in sorted(self._epoch_windows(epoch)[w])]
+            self.arena.fill(self.arena.claim(shards))
 
     def _build(self, epoch: int, w: int, phase: int) -> Picks:
         windows = self._epoch_windows(epoch)
@@ -260,11 +269,13 @@ class ShardStream(BaseNode[Batch]):
         pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)
         win = picks.select(pos, chunk=self.batch_size, phase=phase)
-        bases = None if self.arena is None else self.arena.place(shards)
+        if self.arena is not None and not self.prebuild:
+            self._fill_arena(epoch, w)
+        bases = None if self.arena is None else self.arena.bases([o for o, _ in shards])
         if bases is not None and self.arena is not None:
             seg_base = np.array([bases[i] + a for i, a in seg_at], np.int64)
             win.flat = seg_base[win.seg] + win.row
-            win.arena, win.shards = self.arena.data, tuple(o for o, _ in shards)
+            win.arena = self.arena.data
             self.windows_arena += 1
         elif self.prebuild:     # (without the helper, as before: bookkeeping per batch)
             plan_batches(win, self.batch_size, phase)
@@ -275,8 +286,3 @@ class ShardStream(BaseNode[Batch]):
         rate = self.samples / self.busy_s if self.busy_s > 0 else 0.0
         return {"samples": float(self.samples), "busy_s": self.busy_s, "samples_per_s": rate}
 
-
-def _settled(fut: Future[Picks]) -> None:
-    """Wait for a helper's build to end, whatever its outcome (its window is rebuilt where
-    it is needed)."""
-    wait([fut])

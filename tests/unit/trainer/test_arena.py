@@ -1,5 +1,5 @@
-"""``ShardArena``: shards land whole at their slot's rows, protected shards are never
-overwritten, and a placement that cannot fit changes nothing."""
+"""``ShardArena``: each shard lands whole at its own rows, is claimed by one filler only,
+and a window's bases exist only once all its shards are filled."""
 
 from __future__ import annotations
 
@@ -23,51 +23,43 @@ def _shard(tmp: Path, name: str, rows: int, seed: int) -> tuple[OpenShard, np.nd
     table = pa.table({"image": col})
     path = tmp / f"{name}.arrow"
     with ipc.new_file(str(path), table.schema) as w:        # two record batches
-        for b in table.to_batches(max_chunksize=max(1, rows // 2 + 1)):
+        for b in table.to_batches(max_chunksize=rows // 2 + 1):
             w.write_batch(b)
     return OpenShard(path, (1, 2, 3)), pix
 
 
 @pytest.fixture
-def shards(tmp_path: Path) -> list[tuple[OpenShard, np.ndarray]]:
-    return [_shard(tmp_path, f"s{i}", rows, i) for i, rows in enumerate((7, 5, 7, 6, 3))]
+def shards(tmp_path: Path) -> dict[int, tuple[OpenShard, np.ndarray]]:
+    return {10 + i: _shard(tmp_path, f"s{i}", rows, i) for i, rows in enumerate((7, 5, 3))}
 
 
-def _check(arena: ShardArena, placed: list[int], items: list[tuple[OpenShard, np.ndarray]]
-           ) -> None:
-    for base, (shard, pix) in zip(placed, items, strict=True):
+def test_filled_shards_read_back_exactly_at_their_bases(shards: dict) -> None:
+    arena = ShardArena({o: s.rows for o, (s, _) in shards.items()}, NBYTES)
+    assert arena.data.shape == (15, NBYTES)
+    assert arena.bases([10]) is None                             # nothing filled yet
+    first = arena.claim([(10, shards[10][0]), (11, shards[11][0])])
+    assert [o for o, _ in first] == [10, 11]
+    assert arena.claim([(11, shards[11][0]), (12, shards[12][0])]) == [(12, shards[12][0])]
+    arena.fill(first)
+    assert arena.bases([10, 12]) is None                         # 12 claimed, not filled
+    bases = arena.bases([11, 10])
+    assert bases == [7, 0]
+    for base, o in zip(bases, [11, 10], strict=True):
+        shard, pix = shards[o]
         assert np.array_equal(arena.data[base:base + shard.rows], pix)
+    assert arena.copied == 2 and arena.filled() == {10, 11}
+    assert arena.claim([(10, shards[10][0])]) == []               # never copied twice
 
 
-def test_shards_are_copied_once_and_read_back_exactly(shards: list) -> None:
-    arena = ShardArena(5, 7, NBYTES)
-    got = arena.place([(i, s) for i, (s, _) in enumerate(shards)])
-    assert got is not None and sorted(got) == [0, 7, 14, 21, 28]
-    _check(arena, got, shards)
-    again = arena.place([(3, shards[3][0]), (1, shards[1][0])])
-    assert again == [got[3], got[1]] and arena.copied == 5       # resident: no new copy
+def test_a_shard_with_other_rows_than_the_layout_is_refused(shards: dict) -> None:
+    arena = ShardArena({10: 6}, NBYTES)
+    with pytest.raises(ValueError, match="rows"):
+        arena.fill(arena.claim([(10, shards[10][0])]))
+    assert arena.bases([10]) is None
 
 
-def test_protected_shards_stay_and_unfit_placements_change_nothing(shards: list) -> None:
-    arena = ShardArena(3, 7, NBYTES)
-    first = arena.place([(0, shards[0][0]), (1, shards[1][0])])
-    assert first is not None
-    arena.protect([0, 1])
-    assert arena.place([(2, shards[2][0]), (3, shards[3][0])]) is None   # 1 free slot only
-    assert arena.resident() == {0, 1}
-    one = arena.place([(2, shards[2][0])])
-    assert one is not None
-    arena.protect([2])
-    later = arena.place([(3, shards[3][0]), (4, shards[4][0])])       # evicts 0 and 1
-    assert later is not None and arena.resident() == {2, 3, 4}
-    _check(arena, one + later, [shards[2], shards[3], shards[4]])
-    assert arena.copied == 5
-
-
-def test_shards_larger_than_a_slot_are_refused(shards: list) -> None:
-    arena = ShardArena(4, 6, NBYTES)
-    assert arena.place([(0, shards[0][0])]) is None                  # 7 rows > 6
-    assert ShardArena.sized(10 * 7 * NBYTES, [7, 5], NBYTES, 2) is not None
-    assert ShardArena.sized(3 * 7 * NBYTES, [7, 5, 7, 6], NBYTES, 4) is None
-    sized = ShardArena.sized(1 << 20, [7, 5, 7], NBYTES, 2)
-    assert sized is not None and sized.data.shape == (3 * 7, NBYTES)   # never above shards
+def test_sized_only_when_everything_fits() -> None:
+    rows = {1: 7, 2: 5}
+    assert ShardArena.sized(12 * NBYTES, rows, NBYTES) is not None
+    assert ShardArena.sized(12 * NBYTES - 1, rows, NBYTES) is None
+    assert ShardArena.sized(1 << 20, {}, NBYTES) is None
