@@ -61,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(bench.peers) and print shardline / best peer")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=0.5)
+    ap.add_argument("--warmup", type=int, default=5,
+                    help="batches before timing, the same for every contender (S: 400 = "
+                         "~2.4 epochs, past shardline's one-time arena copy)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--cpu", action="store_true",
                     help="samples per CPU second of the consuming thread (time.thread_time) "
@@ -84,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             it = factory()
             try:
                 if args.cpu:
-                    return cpu_rate(it, warmup=5, batches=int(args.seconds * 2000))
-                return rate(it, warmup=5, seconds=args.seconds, min_batches=2)
+                    return cpu_rate(it, warmup=args.warmup, batches=int(args.seconds * 2000))
+                return rate(it, warmup=args.warmup, seconds=args.seconds, min_batches=2)
             finally:
                 it.close()  # type: ignore[attr-defined]
         return run
@@ -104,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         extra = {"shardline_vs_best_peer": round(peers.best_peer_ratio(values), 3),
                  "peer_errors": peers.peer_errors()}
     print(json.dumps(out | extra, indent=1))
-    tag = ("-cpu" if args.cpu else "") + ("-peers" if args.peers else "") + (
+    tag = ("-cpu" if args.cpu else "") + (f"-w{args.warmup}" if args.warmup != 5 else "") + ("-peers" if args.peers else "") + (
         "-L" if args.set == "L" else "")
     write_result("loader-ab" + tag, extra | {"set": args.set,
         "part": "loader_ab", "machine": machine(), "rows": args.rows,
-        "rounds": args.rounds, "cpu": args.cpu, "contenders": out})
+        "rounds": args.rounds, "cpu": args.cpu, "warmup": args.warmup, "contenders": out})
     if args.profile:
         from pyinstrument import Profiler
 
