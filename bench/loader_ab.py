@@ -3,9 +3,12 @@
     .venv/bin/python -m bench.loader_ab [--rows N] [--rounds R] [--seconds S] [--profile]
 
 Interleaved rounds (``bench.common``) of ``shardline`` (the trainer's loader, defaults as
-``bench.loader``), ``shardline_thread`` (the prefetch thread used on CUDA) and ``raw_arrow``
-on one set; prints the median per-round ratios. ``--profile`` then runs the shardline
-loader alone under pyinstrument (bench extra) and prints the call tree.
+``bench.loader``), ``shardline_noarena`` (the same without the shard arena: one ``take`` per
+shard a batch touches), ``shardline_noprebuild`` (neither the arena nor the window helper),
+``shardline_thread`` (the prefetch thread used on CUDA) and ``raw_arrow`` on one set; prints
+the median per-round ratios to ``raw_arrow`` and to ``shardline_noarena``. ``--profile``
+then runs the shardline loader alone under pyinstrument (bench extra) and prints the call
+tree.
 """
 
 from __future__ import annotations
@@ -102,13 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     values = interleaved(fns, args.rounds)
     out = {n: {"samples_per_s": round(median(v)), "vs_raw_arrow": round(ratio(v, values[
         "raw_arrow"]), 3)} for n, v in values.items()}
+    for n, v in values.items():        # the arena's effect: same-round ratio to the loader without
+        out[n]["vs_noarena"] = round(ratio(v, values["shardline_noarena"]), 3)
     extra: dict[str, Any] = {}
     if args.peers:
         extra = {"shardline_vs_best_peer": round(peers.best_peer_ratio(values), 3),
                  "peer_errors": peers.peer_errors()}
     print(json.dumps(out | extra, indent=1))
-    tag = ("-cpu" if args.cpu else "") + (f"-w{args.warmup}" if args.warmup != 5 else "") + ("-peers" if args.peers else "") + (
-        "-L" if args.set == "L" else "")
+    tag = ("-cpu" if args.cpu else "") + (f"-w{args.warmup}" if args.warmup != 5 else "") + (
+        "-peers" if args.peers else "") + ("-L" if args.set == "L" else "")
     write_result("loader-ab" + tag, extra | {"set": args.set,
         "part": "loader_ab", "machine": machine(), "rows": args.rows,
         "rounds": args.rounds, "cpu": args.cpu, "warmup": args.warmup, "contenders": out})
