@@ -87,24 +87,34 @@ def first_epoch(files: SetFiles, store: ObjectStore, scratch: Path,
 
 
 @contextlib.contextmanager
-def previous_receive() -> Iterator[None]:
-    """The cache's receive path before ``trainer.receive``: botocore's ``readinto`` (urllib3
-    reads and copies), no block reservation. Only for a before/after in the same rounds."""
+def previous_cache() -> Iterator[None]:
+    """The cache's receive path and read-ahead before this round of work: botocore's
+    ``readinto`` (urllib3 reads, then copies), no block reservation, and a read-ahead
+    topped up only when the stream announces a window. Only for a before/after in the
+    same rounds."""
     from shardline.trainer import cache, receive
+    from shardline.trainer.fetch import ShardFetcher
 
-    saved = receive._direct, cache._reserve
+    saved = receive._direct, cache._reserve, ShardFetcher._top_up
+    rolling = ShardFetcher._top_up
+
+    def on_announce_only(self: ShardFetcher, retry_failed: bool = False) -> None:
+        if retry_failed:
+            rolling(self, retry_failed)
+
     receive._direct = lambda raw: None
     cache._reserve = lambda fd, size: None
+    ShardFetcher._top_up = on_announce_only  # type: ignore[method-assign]
     try:
         yield
     finally:
-        receive._direct, cache._reserve = saved
+        receive._direct, cache._reserve, ShardFetcher._top_up = saved  # type: ignore[method-assign]
 
 
 def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,
             previous: bool = False) -> dict[str, Any]:
     """Interleaved rounds of raw GETs and the cold first epoch (and, with ``previous``, the
-    first epoch with the cache's previous receive path)."""
+    first epoch with the cache's previous receive path and read-ahead)."""
     entries = upload(store, files)
     threads = TrainConfig().fetch_threads
     samples: list[float] = []
@@ -116,7 +126,7 @@ def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,
         return bps
 
     def shardline_previous() -> float:
-        with previous_receive():
+        with previous_cache():
             return first_epoch(files, store, scratch)[1]
 
     fns = {"raw_get": lambda: raw_get(store, entries, threads), "shardline_cold": shardline}
@@ -207,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="on: the S3 server on the last usable CPU, the benchmark on the rest")
     ap.add_argument("--rounds", type=int, default=None, help="default 3 (quick) or 7")
     ap.add_argument("--previous", action="store_true",
-                    help="also the cache's previous receive path, in the same rounds")
+                    help="also the cache's previous receive path and read-ahead, "
+                    "in the same rounds")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args(argv)
     r = run(args.set, args.quick, args.pin, args.rounds or (3 if args.quick else 7),
@@ -218,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode, m in r["pin"].items():
             print(f"{r['set']} pin={mode}: raw GET {m['raw_get_mb_per_s']:.0f} MB/s, "
                   f"shardline {m['shardline_cold_mb_per_s']:.0f} MB/s, "
-                  f"ratio {m['shardline_vs_raw_get']:.3f} (previous receive: "
+                  f"ratio {m['shardline_vs_raw_get']:.3f} (previous cache: "
                   f"{m.get('previous_vs_raw_get', float('nan')):.3f}), first batch "
                   f"{m['first_batch_s']:.3f} s of {m['epoch_s']:.3f} s")
         print(f"load average {r['machine']['load_avg_at_start']} -> {r['load_avg_at_end']}")
