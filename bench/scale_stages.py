@@ -96,11 +96,13 @@ def convert(c: Ctx) -> Run:
             close_sessions(c.p["spark"])
         c.save("conv", conv)
         # what the Spark tasks read and wrote (in the workers, not through this process's
-        # store): the batch's sources in, its staged shards out
+        # store): the batch's sources in, its staged shards and row files out
         for src in batch.sources:
             c.counts.add("get", src.key, src.size)
         for sh in conv.data_shards + conv.quarantine_shards:
             c.counts.add("put", sh.path, sh.bytes)
+        for f in conv.row_files:
+            c.counts.add("put", f.key, f.bytes)
         return {"rows_ok": conv.rows_ok, "rows_quarantined": conv.rows_quarantined,
                 "shards": len(conv.data_shards), "timings": conv.timings}
     return go
@@ -108,20 +110,21 @@ def convert(c: Ctx) -> Run:
 
 def dedupe(c: Ctx) -> Run:
     """What convert's driver does after the Spark job: the new ids against the published
-    id index (``ledger.published_in``), then ``find_duplicates``."""
-    import pyarrow.compute as pc
-
-    from shardline.tasks.convert.dedupe import find_duplicates
-    from shardline.tasks.ledger import published_in
+    id index, one id-bucket range of the tasks' row files at a time (``dedupe_batch``; its
+    id file goes to a key of its own, so publish still copies convert's)."""
+    from shardline.core.schema import staging_prefix
+    from shardline.tasks.convert.dedupe import dedupe_batch
+    from shardline.tasks.convert.rowfiles import staged_ids_key
 
     conv, latest = c.load("conv"), _latest(c)
-    ok = conv.rows.filter(pc.equal(conv.rows.column("status"), "ok"))
     batches = latest.batches if latest else []
+    key = staged_ids_key(staging_prefix(c.cfg.prefix, c.p["run_id"]) + "bench-")
 
     def go() -> dict[str, Any]:
-        mask = published_in(c.store, batches, ok.column("id"))  # type: ignore[arg-type]
-        dups = find_duplicates(ok, mask)
-        return {"new_ids": ok.num_rows, "published_files": len(batches), "found": len(dups)}
+        done = dedupe_batch(c.store, c.cfg, c.p["run_id"], conv.row_files,  # type: ignore[arg-type]
+                            [b.ids_path for b in batches], conv.data_shards, key)
+        assert not done.dropped, "the bench's new batch repeats no id"
+        return {"new_ids": done.ids, "published_files": len(batches), "found": done.count}
     return go
 
 

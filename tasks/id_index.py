@@ -69,26 +69,31 @@ def encode_ids(ids: pa.Array, n: int = ID_BUCKETS) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def open_reader(store: ObjectStore, key: str, whole: bool | None = None
-                ) -> ipc.RecordBatchFileReader:
+MISSING_IDS = ("the id index of a published batch is missing; the duplicate check cannot be "
+               "exact without it. Restore it from a backup")
+
+
+def open_reader(store: ObjectStore, key: str, whole: bool | None = None,
+                missing: str = MISSING_IDS) -> ipc.RecordBatchFileReader:
     """A reader of one bucketed file: the whole file in one GET when it is small (one request
     per published batch), else ranged GETs of the footer and of the buckets asked for.
     ``whole`` forces either (a caller that reads one file a bucket range at a time asks for
     ranged reads, so it never reads a file whole more than once)."""
     info = store.head(key)
     if info is None:
-        raise StoreError(f"{store.uri(key)}: the id index of a published batch is missing; the "
-                         "duplicate check cannot be exact without it. Restore it from a backup")
+        raise StoreError(f"{store.uri(key)}: {missing}")
     if whole if whole is not None else info.size <= WHOLE_FILE_BYTES:
         return ipc.open_file(pa.py_buffer(store.get_bytes(key)))
     return ipc.open_file(pa.PythonFile(RangedObject(store, key, info.size, info.etag), mode="r"))
 
 
 def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
-                   workers: int = 4, whole: bool | None = None) -> np.ndarray:
+                   workers: int = 4, whole: bool | None = None,
+                   buckets: np.ndarray | None = None) -> np.ndarray:
     """For each of ``ids``, whether any published id file in ``ids_paths`` holds it.
     ``whole``: see :func:`open_reader` (``False`` when ``ids`` is one range of buckets of
-    several the caller probes one after another)."""
+    several the caller probes one after another). ``buckets``: each id's bucket of
+    ``ID_BUCKETS``, when the caller knows them (no hashing here, no Python string per id)."""
     ids = ids.cast(pa.string())
     hit = np.zeros(len(ids), bool)
     paths = list(ids_paths)
@@ -100,7 +105,7 @@ def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
     def split(n: int) -> tuple[np.ndarray, np.ndarray]:
         with lock:
             if n not in cache:
-                b = buckets_of(ids, n)
+                b = buckets if buckets is not None and n == ID_BUCKETS else buckets_of(ids, n)
                 order = np.argsort(b, kind="stable")
                 cache[n] = order, np.searchsorted(b[order], np.arange(n + 1))
             return cache[n]

@@ -20,11 +20,12 @@ import pyarrow.compute as pc
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
-from shardline.tasks.convert.rowfiles import CHUNK_ROWS, RowFile, iter_chunks
+from shardline.tasks.convert.rowfiles import CHUNK_ROWS, PLAIN_SCHEMA, RowFile, iter_chunks
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.id_index import open_reader
 
 ROW_COLUMNS = ["id", "label", "source_key", "source_row", "status", "rule"]
+EXAMPLES = 50
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Converted:
     dropped: dict[str, np.ndarray] = field(default_factory=dict)  # duplicates: shard -> rows
     timings: dict[str, float] = field(default_factory=dict)
     reader: Any = field(default=None, repr=False, compare=False)   # the store (not pickled)
+    examples: list[dict] | None = None   # the first EXAMPLES quarantined rows (convert's)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -63,9 +65,10 @@ class Converted:
     def rows_quarantined(self) -> int:
         return self.rows_in - self.rows_ok
 
-    def _mark(self, table: pa.Table) -> pa.Table:
-        """Rows the duplicate check removed read ``quarantined`` / ``duplicate_id``."""
-        status, rule = table.column("status"), table.column("rule")
+    def _mark(self, table: pa.Table, columns: list[str]) -> pa.Table:
+        """``columns`` of ``table``; rows the duplicate check removed read ``quarantined`` /
+        ``duplicate_id``. Text columns stay dictionary-encoded (pandas: categoricals)."""
+        out = {c: table.column(c) for c in columns}
         if self.dropped and table.num_rows:
             shard, srow = table.column("shard"), table.column("shard_row")
             hit = np.zeros(table.num_rows, bool)
@@ -76,44 +79,56 @@ class Converted:
                         zero_copy_only=False)
             if hit.any():
                 dup = pa.array(hit)
-                status = pc.if_else(dup, "quarantined", status)
-                rule = pc.if_else(dup, "duplicate_id", rule)
-        return pa.table({"id": table.column("id"), "label": table.column("label"),
-                         "source_key": table.column("source_key"),
-                         "source_row": table.column("source_row"),
-                         "status": pc.cast(status, pa.string()),
-                         "rule": pc.cast(rule, pa.string())})
+                for c, value in (("status", "quarantined"), ("rule", "duplicate_id")):
+                    if c in out:
+                        out[c] = pc.dictionary_encode(pc.if_else(
+                            dup, value, pc.cast(out[c], pa.string())))
+        return pa.table(out)
+
+    def _read(self, store: ObjectStore | None, files: list[RowFile], max_rows: int,
+              columns: list[str], passed_only: bool) -> Iterator[pa.Table]:
+        need = list(columns) + [c for c in ("status",) if passed_only and c not in columns]
+        if self.dropped:
+            need += [c for c in ("shard", "shard_row") if c not in need]
+        for _, table, _ in iter_chunks(self._store(store), files, max_rows, columns=need,
+                                       passed_only=passed_only):
+            if passed_only and self.dropped:
+                marked = self._mark(table, need)
+                marked = marked.filter(pc.equal(marked.column("status"), "ok"))
+                yield marked.select(columns)
+            else:
+                yield self._mark(table, columns)
 
     def iter_rows(self, store: ObjectStore | None = None, max_rows: int = CHUNK_ROWS,
-                  passed_only: bool = False) -> Iterator[pa.Table]:
-        """The per-row table (``ROW_COLUMNS``), one id-bucket range (~``max_rows`` rows) at a
-        time; ``passed_only``: only the rows to publish (duplicates left out)."""
-        for _, table, _ in iter_chunks(self._store(store), self.row_files, max_rows,
-                                       passed_only=passed_only):
-            marked = self._mark(table)
-            if passed_only:
-                marked = marked.filter(pc.equal(marked.column("status"), "ok"))
-            yield marked
+                  passed_only: bool = False, columns: list[str] | None = None
+                  ) -> Iterator[pa.Table]:
+        """The per-row table (``columns``, default ``ROW_COLUMNS``; text columns
+        dictionary-encoded), one id-bucket range (~``max_rows`` rows) at a time;
+        ``passed_only``: only the rows to publish (duplicates left out)."""
+        yield from self._read(store, self.row_files, max_rows, list(columns or ROW_COLUMNS),
+                              passed_only)
 
     @property
     def rows(self) -> pa.Table:
-        """Every input row in one table: O(rows) memory, for tests and small batches."""
-        parts = list(self.iter_rows())
-        return pa.concat_tables(parts) if parts else pa.schema(
-            [("id", pa.string()), ("label", pa.int16()), ("source_key", pa.string()),
-             ("source_row", pa.int64()), ("status", pa.string()),
-             ("rule", pa.string())]).empty_table()
+        """Every input row in one plain table: O(rows) memory, for tests and small batches."""
+        schema = pa.schema([PLAIN_SCHEMA.field(c) for c in ROW_COLUMNS])
+        parts = [t.cast(schema) for t in self.iter_rows()]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    def quarantine_examples(self, n: int = 50, store: ObjectStore | None = None) -> list[dict]:
-        """The first ``n`` quarantined rows, task by task (reads row files until it has n)."""
+    def quarantine_examples(self, n: int = EXAMPLES, store: ObjectStore | None = None
+                            ) -> list[dict]:
+        """The first ``n`` quarantined rows, task by task: kept from convert (the report and
+        the flow's artifact ask for them after publish removed the staging folder), else read
+        from the row files until there are ``n``."""
+        if self.examples is not None and n <= EXAMPLES:
+            return self.examples[:n]
         out: list[dict] = []
         for f in self.row_files:
             if len(out) >= n:
                 break
             if not (f.rows > sum(f.ok_per_bucket) or self.dropped):
                 continue
-            for _, table, _ in iter_chunks(self._store(store), [f], 1 << 62):
-                bad = self._mark(table)
+            for bad in self._read(store, [f], 1 << 62, ROW_COLUMNS, False):
                 bad = bad.filter(pc.not_equal(bad.column("status"), "ok"))
                 out += bad.select(["source_key", "source_row", "id", "rule"]).slice(
                     0, n - len(out)).to_pylist()

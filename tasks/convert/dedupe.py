@@ -63,8 +63,7 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
             zero_copy_only=False).astype(bool)
     else:
         in_published = np.zeros(n, bool)
-    order = pc.sort_indices(ok, sort_keys=[("source_key", "ascending"),
-                                           ("source_row", "ascending")]).to_numpy()
+    order = _key_row_order(ok)
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)                     # position of each row in (key, row) order
     ids_col = ok.column("id")
@@ -92,6 +91,23 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
         else:
             first[rid] = c
     return out
+
+
+def _key_row_order(ok: pa.Table) -> np.ndarray:
+    """Row positions in (source key, source row) order. A dictionary-encoded key column (the
+    row files') is ranked through its dictionaries (a few keys), not sorted as strings."""
+    keys = ok.column("source_key")
+    if not pa.types.is_dictionary(keys.type):
+        return pc.sort_indices(ok, sort_keys=[("source_key", "ascending"),
+                                              ("source_row", "ascending")]).to_numpy()
+    chunks = [c for c in keys.chunks if len(c)]
+    names = sorted({v for c in chunks for v in c.dictionary.to_pylist()})
+    pos = {v: i for i, v in enumerate(names)}
+    key_rank = np.concatenate([
+        np.array([pos[v] for v in c.dictionary.to_pylist()], np.int64)[
+            c.indices.to_numpy(zero_copy_only=False)] for c in chunks])
+    rows = ok.column("source_row").to_numpy()
+    return np.lexsort((rows, key_rank))
 
 
 @dataclass
@@ -133,7 +149,7 @@ def dedupe_batch(store: ObjectStore, cfg: DatasetConfig, run_id: str, files: lis
                 ok, bucket_of = read_buckets(store, files, buckets, whole=whole,
                                              columns=_DEDUPE_COLUMNS, passed_only=True)
                 mask = published_mask(store, published_paths, ok.column("id"),
-                                       whole=None if whole else False)
+                                       whole=None if whole else False, buckets=bucket_of)
                 dups = find_duplicates(ok, mask)
                 keep = np.ones(ok.num_rows, bool)
                 if dups:
@@ -163,7 +179,7 @@ _DEDUPE_COLUMNS = ["id", "label", "source_key", "source_row", "shard", "shard_ro
 
 
 def _group_rows(hit: pa.Table) -> dict[str, np.ndarray]:
-    shard = hit.column("shard").to_numpy(zero_copy_only=False)
+    shard = pc.cast(hit.column("shard"), pa.string()).to_numpy(zero_copy_only=False)
     rows = hit.column("shard_row").to_numpy(zero_copy_only=False)
     return {str(s): rows[shard == s].astype(np.int64) for s in np.unique(shard)}
 

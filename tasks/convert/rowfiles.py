@@ -18,6 +18,7 @@ buckets asked for.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -29,19 +30,27 @@ import pyarrow.ipc as ipc
 from shardline.core.store import ObjectStore
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, buckets_of, open_reader
 
+_DICT = pa.dictionary(pa.int32(), pa.string())   # few distinct values per task
 ROW_SCHEMA = pa.schema([
     ("id", pa.string()),
     ("label", pa.int16()),
-    ("source_key", pa.string()),
+    ("source_key", _DICT),
     ("source_row", pa.int64()),
-    ("status", pa.string()),        # "ok" | "quarantined"
-    ("rule", pa.string()),
-    ("shard", pa.string()),         # passed rows: the staged data shard
+    ("status", _DICT),              # "ok" | "quarantined"
+    ("rule", _DICT),
+    ("shard", _DICT),               # passed rows: the staged data shard
     ("shard_row", pa.int64()),      # passed rows: index within that shard
 ])
-# Rows of one chunk the driver holds at once (per pass: dedupe, validate). ~100 B a row in
-# Arrow plus the passes' scratch: a few hundred MB at most, whatever the batch's size.
-CHUNK_ROWS = 2_000_000
+PLAIN_SCHEMA = pa.schema([pa.field(f.name, pa.string()) if f.type == _DICT else f
+                          for f in ROW_SCHEMA])
+# Rows of one chunk the driver holds at once (per pass: dedupe, validate): ~150 B a row in
+# Arrow plus the passes' scratch, a few hundred MB at most whatever the batch's size.
+# ``SHARDLINE_ROWS_CHUNK`` (read at import) trades driver memory for ranged requests.
+CHUNK_ROWS = int(os.environ.get("SHARDLINE_ROWS_CHUNK", "") or 1_000_000)
+
+
+MISSING = ("a row file of this conversion is missing: the run's staging folder was removed "
+           "(published, or swept as stale); re-run the ingest")
 
 
 def row_file_key(stage: str, task: int, attempt: int) -> str:
@@ -59,11 +68,12 @@ class RowFile:
     rows: int
     by_rule: dict[str, int]          # quarantined rows per rule
     ok_per_bucket: tuple[int, ...]   # passed rows per id bucket
+    bytes: int = 0
 
 
 def encode_rows(cols: dict[str, list]) -> tuple[bytes, dict[str, int], list[int]]:
     """A task's row file: (bytes, quarantined rows per rule, passed rows per bucket)."""
-    table = pa.table(cols, schema=ROW_SCHEMA)
+    table = pa.table(cols, schema=PLAIN_SCHEMA)
     ids = pc.fill_null(table.column("id"), "").combine_chunks()
     b = buckets_of(ids) if len(ids) else np.zeros(0, np.int64)
     b[pc.is_null(table.column("id")).to_numpy(zero_copy_only=False)] = 0
@@ -77,7 +87,10 @@ def encode_rows(cols: dict[str, list]) -> tuple[bytes, dict[str, int], list[int]
     by_rule = {r["values"]: int(r["counts"]) for r in rules}
     schema = ROW_SCHEMA.with_metadata({BUCKETS_KEY: str(ID_BUCKETS).encode()})
     sink = pa.BufferOutputStream()
-    whole = pa.record_batch([c.combine_chunks() for c in table.columns], schema=schema)
+    whole = pa.record_batch([pc.dictionary_encode(c.combine_chunks()) if f.type == _DICT
+                             else c.combine_chunks() for c, f in zip(table.columns, ROW_SCHEMA,
+                                                                      strict=True)],
+                            schema=schema)
     with ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression="lz4")) as w:
         for k in range(ID_BUCKETS):
             w.write_batch(whole.slice(int(cuts[k]), int(cuts[k + 1] - cuts[k])))
@@ -114,13 +127,13 @@ def read_buckets(store: ObjectStore, files: Sequence[RowFile], buckets: range, *
     bucket_of: list[np.ndarray] = []
     names = list(columns) if columns is not None else ROW_SCHEMA.names
     for f in files:
-        reader = open_reader(store, f.key, whole=whole)
+        reader = open_reader(store, f.key, whole=whole, missing=MISSING)
         if int((reader.schema.metadata or {}).get(BUCKETS_KEY, b"0")) != ID_BUCKETS:
             raise ValueError(f"{store.uri(f.key)}: not a row file of {ID_BUCKETS} buckets")
         for k in buckets:
             rb = reader.get_batch(k)
             if passed_only:
-                rb = rb.filter(pc.equal(rb.column("status"), "ok"))
+                rb = rb.filter(pc.fill_null(pc.equal(rb.column("status"), "ok"), False))
             if rb.num_rows:
                 parts.append(rb.select(names))
                 bucket_of.append(np.full(rb.num_rows, k, np.int64))

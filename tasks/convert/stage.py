@@ -90,7 +90,7 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
         counts = json.loads(s["label_counts"] or "{}")
         if s["kind"] == "rows":
             files.append(RowFile(s["shard"], s["shard_row"], counts["by_rule"],
-                                 tuple(counts["ok_per_bucket"])))
+                                 tuple(counts["ok_per_bucket"]), s["bytes"] or 0))
             continue
         shards.append(WrittenShard(path=s["shard"], rows=s["shard_row"], bytes=s["bytes"],
                                    sha256=s["sha256"], kind=s["status"], label=s["label"],
@@ -110,7 +110,9 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
                         staged_ids_key(stage))
     if done.count:
         by_rule["duplicate_id"] = by_rule.get("duplicate_id", 0) + done.count
-    return Converted(batch, run_id, latest.version if latest else None, done.data,
+    conv = Converted(batch, run_id, latest.version if latest else None, done.data,
                      quarantine + done.quarantine, files, store.settings,
                      sum(f.rows for f in files), dict(sorted(by_rule.items())), done.ids_key,
                      done.dropped, reader=store)
+    conv.examples = conv.quarantine_examples()   # read now: publish removes the row files
+    return conv
