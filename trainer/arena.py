@@ -10,8 +10,8 @@ batch is one ``take`` of precomputed arena rows, as from one memory-mapped file.
 Every train shard has its own rows (``base``), fixed for the run: a shard is copied in
 once (``claim`` then ``fill``, which releases the GIL) and never moved or overwritten, so
 readers need no protection. A window is gathered from the arena only when all its shards
-are filled (``bases``); until then it reads the maps: same bytes in the same order, so the
-batches and the resume state do not depend on when (or whether) the copies happened.
+are filled (``bases``), else from the maps: same bytes in the same order, so the batches
+and the resume state do not depend on when (or whether) the copies happened.
 
 Used only when the whole training set fits the budget (the stream's ``arena_bytes``;
 default the reader's keep-open budget, 1 GiB of pixels). Cost: anonymous memory as shards

@@ -18,13 +18,13 @@ a batch inside a window is only its ``take`` calls. ``prebuild=False`` builds ev
 inline and does the bookkeeping per batch.
 
 Arena (``arena_bytes``; default: the reader's keep-open budget for batches up to
-``ARENA_MAX_BATCH_BYTES``, else off; 0: off): when the training set fits, its shards are
-copied once into one ``ShardArena`` buffer, and a batch of a window whose shards are all
-there is one ``take`` of precomputed arena rows instead of one per shard it touches
-(``trainer.arena``); same bytes, same order, same state. The helper copies its window's
-shards after handing the window over, so the copies never hold up a batch; a window built
-before its shards were copied reads the maps (without the helper the stream copies them
-itself when it builds the window).
+``ARENA_MAX_BATCH_BYTES`` when there are several epochs, else off; 0: off): when the
+training set fits, each window's build (the first on the batch path, the later ones on the
+helper) copies its shards into one ``ShardArena`` buffer unless they are there already,
+and a batch is then one ``take`` of precomputed arena rows instead of one per shard it
+touches (``trainer.arena``); same bytes, same order, same state. The copying is a one-time
+cost per run (S: ~157 MB of fresh memory, 0.02-0.5 s here, mostly page faults), paid when
+the stream starts, like opening and indexing the shards.
 
 Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
 ``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
@@ -33,7 +33,6 @@ Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC b
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -52,7 +51,8 @@ from shardline.trainer.shard_reader import ShardReader
 
 Batch = dict[str, Any]
 # The arena by default only for batches up to this size: ~1 us saved per take call is
-# ~10 % of a 0.8 MB (S) batch's copy, noise on a 38 MB (L) one, not worth the memory there.
+# ~10 % of a 0.8 MB (S) batch's copy, noise on a 38 MB (L) one, not worth the memory there;
+# and only with several epochs (a single pass reads each row once: copying costs more).
 ARENA_MAX_BATCH_BYTES = 8 << 20
 
 
@@ -90,7 +90,7 @@ class ShardStream(BaseNode[Batch]):
         self._last_seg_at: list[tuple[int, int]] = []         # per segment: (item, start)
         if arena_bytes is None:    # default: where per-take overhead is worth the memory
             small = batch_size * self.nbytes <= ARENA_MAX_BATCH_BYTES
-            arena_bytes = reader.keep_open_bytes if small else 0
+            arena_bytes = reader.keep_open_bytes if small and epochs > 1 else 0
         budget = arena_bytes
         self.arena = ShardArena.sized(budget, {s.ordinal: s.entry.rows for s in self._shards},
                                       self.nbytes)
@@ -236,21 +236,9 @@ class ShardStream(BaseNode[Batch]):
                 fut.set_result(self._build(*key))
             except BaseException as exc:  # noqa: BLE001 - rebuilt (and raised) on use
                 fut.set_exception(exc)
-                return
-            # after the hand-over, off the batch path; on failure those shards' windows
-            # keep reading the maps
-            with contextlib.suppress(Exception):
-                self._fill_arena(key[0], key[1])
 
         threading.Thread(target=run, daemon=True, name="shard-window").start()
         self._ahead = (key, fut)
-
-    def _fill_arena(self, epoch: int, w: int) -> None:
-        """Copy window ``w``'s shards into the arena (those nobody else has claimed)."""
-        if self.arena is not None:
-            shards = [(self._shards[i].ordinal, self.reader.open(self._shards[i]))
-                      for i in sorted(self._epoch_windows(epoch)[w])]
-            self.arena.fill(self.arena.claim(shards))
 
     def _build(self, epoch: int, w: int, phase: int) -> Picks:
         windows = self._epoch_windows(epoch)
@@ -276,9 +264,10 @@ class ShardStream(BaseNode[Batch]):
         pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)
         win = picks.select(pos, chunk=self.batch_size, phase=phase)
-        if self.arena is not None and not self.prebuild:
-            self._fill_arena(epoch, w)
-        bases = None if self.arena is None else self.arena.bases([o for o, _ in shards])
+        bases = None
+        if self.arena is not None:     # (shards another build is still copying: the maps)
+            self.arena.fill(self.arena.claim(shards))
+            bases = self.arena.bases([o for o, _ in shards])
         if bases is not None and self.arena is not None:
             seg_base = np.array([bases[i] + a for i, a in seg_at], np.int64)
             win.flat = seg_base[win.seg] + win.row
