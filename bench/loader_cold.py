@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import interleaved, median, ratio  # noqa: E402
+from bench.common import interleaved, median, ratio, write_result  # noqa: E402
 from bench.contenders import ShardlineSet  # noqa: E402
 from bench.loader_data import SetFiles  # noqa: E402
 from shardline.core.config import TrainConfig  # noqa: E402
@@ -88,33 +88,24 @@ def first_epoch(files: SetFiles, store: ObjectStore, scratch: Path,
 
 @contextlib.contextmanager
 def previous_cache() -> Iterator[None]:
-    """The cache's receive path and read-ahead before this round of work: botocore's
-    ``readinto`` (urllib3 reads, then copies), no block reservation, and a read-ahead
-    topped up only when the stream announces a window. Only for a before/after in the
-    same rounds."""
+    """The cache's receive path before this round of work: botocore's ``readinto``
+    (urllib3 reads, then copies; botocore checks the CRC32), no block reservation. Only
+    for a before/after in the same rounds."""
     from shardline.trainer import cache, receive
-    from shardline.trainer.fetch import ShardFetcher
 
-    saved = receive._direct, cache._reserve, ShardFetcher._top_up
-    rolling = ShardFetcher._top_up
-
-    def on_announce_only(self: ShardFetcher, retry_failed: bool = False) -> None:
-        if retry_failed:
-            rolling(self, retry_failed)
-
+    saved = receive._direct, cache._reserve
     receive._direct = lambda raw: None
     cache._reserve = lambda fd, size: None
-    ShardFetcher._top_up = on_announce_only  # type: ignore[method-assign]
     try:
         yield
     finally:
-        receive._direct, cache._reserve, ShardFetcher._top_up = saved  # type: ignore[method-assign]
+        receive._direct, cache._reserve = saved
 
 
 def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,
             previous: bool = False) -> dict[str, Any]:
     """Interleaved rounds of raw GETs and the cold first epoch (and, with ``previous``, the
-    first epoch with the cache's previous receive path and read-ahead)."""
+    first epoch with the cache's previous receive path)."""
     entries = upload(store, files)
     threads = TrainConfig().fetch_threads
     samples: list[float] = []
@@ -217,12 +208,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="on: the S3 server on the last usable CPU, the benchmark on the rest")
     ap.add_argument("--rounds", type=int, default=None, help="default 3 (quick) or 7")
     ap.add_argument("--previous", action="store_true",
-                    help="also the cache's previous receive path and read-ahead, "
-                    "in the same rounds")
+                    help="also the cache's previous receive path, in the same rounds")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args(argv)
     r = run(args.set, args.quick, args.pin, args.rounds or (3 if args.quick else 7),
             args.previous)
+    path = write_result(f"loader-cold-{args.set}" + ("-quick" if args.quick else ""), r)
     if args.json:
         print(json.dumps(r))
     else:
@@ -232,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"ratio {m['shardline_vs_raw_get']:.3f} (previous cache: "
                   f"{m.get('previous_vs_raw_get', float('nan')):.3f}), first batch "
                   f"{m['first_batch_s']:.3f} s of {m['epoch_s']:.3f} s")
-        print(f"load average {r['machine']['load_avg_at_start']} -> {r['load_avg_at_end']}")
+        print(f"load average {r['machine']['load_avg_at_start']} -> {r['load_avg_at_end']}; "
+              f"results: {path}")
     return 0
 
 

@@ -51,13 +51,15 @@ def test_pinning_moves_every_thread_of_both_processes_and_back() -> None:
 @TWO_CPUS
 @pytest.mark.timeout(600)
 def test_standalone_quick_run_reports_pinned_and_unpinned_ratios(tmp_path: Path) -> None:
-    env = dict(os.environ, SHARDLINE_BENCH_DATA=str(tmp_path / "data"))
+    env = dict(os.environ, SHARDLINE_BENCH_DATA=str(tmp_path / "data"),
+               SHARDLINE_BENCH_RESULTS=str(tmp_path / "results"))
     proc = subprocess.run([sys.executable, "-m", "bench.loader_cold", "--set", "S", "--quick",
                            "--pin", "both", "--previous", "--rounds", "1", "--json"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)
     assert r["part"] == "loader_cold" and r["set"] == "S" and set(r["pin"]) == {"off", "on"}
+    assert json.loads((tmp_path / "results" / "loader-cold-S-quick.json").read_text()) == r
     for m in r["pin"].values():
         for key in ("raw_get_mb_per_s", "shardline_cold_mb_per_s", "shardline_vs_raw_get",
                     "previous_vs_raw_get", "first_batch_s", "epoch_s"):
