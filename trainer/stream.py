@@ -91,9 +91,8 @@ class ShardStream(BaseNode[Batch]):
         if arena_bytes is None:    # default: where per-take overhead is worth the memory
             small = batch_size * self.nbytes <= ARENA_MAX_BATCH_BYTES
             arena_bytes = reader.keep_open_bytes if small and epochs > 1 else 0
-        budget = arena_bytes
-        self.arena = ShardArena.sized(budget, {s.ordinal: s.entry.rows for s in self._shards},
-                                      self.nbytes)
+        self.arena = ShardArena.sized(arena_bytes, {s.ordinal: s.entry.rows
+                                                    for s in self._shards}, self.nbytes)
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
                        f"/win{window_rows}x{window_min_shards}")
         self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
