@@ -17,7 +17,8 @@ import base64
 import hashlib
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,39 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from shardline.core.config import DatasetConfig
+from shardline.core.config import DatasetConfig, StoreSettings
 from shardline.core.schema import data_schema
+from shardline.core.store_records import ObjectInfo
 from shardline.tasks.convert.shard_writer import encode_ipc
 
 
 class LocalDirStore:
-    """``get_bytes``/``put_bytes``/``put_json``/``bucket`` of ObjectStore over a folder."""
+    """``get_bytes``/``put_bytes``/``put_json``/``head``/``delete``/``bucket`` of ObjectStore
+    over a folder."""
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.bucket = f"local:{self.root}"
+        # convert's driver reads the tasks' row files back (head + get) and keeps the settings
+        self.settings = StoreSettings(bucket=self.bucket)
+
+    def uri(self, key: str) -> str:
+        return str(self.root / key)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        path = self.root / key
+        if not path.exists():
+            return None
+        st = path.stat()
+        return ObjectInfo(key, f"{st.st_mtime_ns:x}-{st.st_size:x}", st.st_size,
+                          datetime.fromtimestamp(st.st_mtime, UTC))
+
+    def delete(self, keys: Iterable[str]) -> int:
+        n = 0
+        for key in keys:
+            (self.root / key).unlink(missing_ok=True)
+            n += 1
+        return n
 
     def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
         data = (self.root / key).read_bytes()
