@@ -22,8 +22,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,15 +32,20 @@ from typing import Any
 import httpx
 import pytest
 
-from shardline.core.config import StoreSettings, load_config
 from shardline.core.manifest import list_versions
-from shardline.core.store import ObjectStore
-from shardline.infra import demo_data, procs, stack
+from shardline.infra import demo_data
 from shardline.infra import worker as worker_mod
-from shardline.infra.deploy import DeploySpec, deploy
-from shardline.infra.stack_state import StackConfig, stack_env
 from tests.chaos.invariants import Expected, check_dataset, check_models
-from tests.integration.test_pipeline_e2e import TERMINAL, in_flight, runs, wait
+from tests.integration.stack_helpers import (
+    TERMINAL,
+    deployed_stack,
+    in_flight,
+    notifications_off,
+    post_created_event,
+    run_nightly_now,
+    runs,
+    wait,
+)
 
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 SEED = int(os.environ.get("SHARDLINE_SOAK_SEED", "11"))
@@ -53,25 +56,9 @@ pytestmark = [pytest.mark.chaos,
 
 @pytest.fixture(scope="module")
 def st(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    home = tmp_path_factory.mktemp("chaos-stack")
-    cfg_path = home / "chaos.toml"
-    cfg_path.write_text(Path("examples/digits.toml").read_text()
-                        .replace('name = "digits"', 'name = "chaos"')
-                        .replace('incoming = "incoming/digits/"', 'incoming = "incoming/chaos/"')
-                        .replace("epochs = 8", "epochs = 1"))
-    ports = {"s3": procs.free_port(), "prefect": procs.free_port(), "spark": procs.free_port()}
-    cfg = StackConfig.resolve(home=home, ports=ports, bucket="chaos-bucket")
-    try:
-        state = stack.up(cfg).state
-        env = stack_env(state)
-        store = ObjectStore(StoreSettings.from_env(env))
-        deploy(DeploySpec(config=cfg_path, api_url=state.prefect_api_url, debounce_seconds=3,
-                          pending_timeout_seconds=PENDING_TIMEOUT_S), store.settings)
-        yield {"state": state, "stack_cfg": cfg, "env": env, "store": store,
-               "cfg": load_config(cfg_path), "api": state.prefect_api_url,
-               "expected": Expected(), "next": [0], "log": []}
-    finally:
-        stack.down(home, discard=True)
+    with deployed_stack(tmp_path_factory.mktemp("chaos-stack"), "chaos", epochs=1,
+                        debounce_seconds=3, pending_timeout_seconds=PENDING_TIMEOUT_S) as h:
+        yield {**h, "expected": Expected(), "next": [0], "log": []}
 
 
 def upload(st: dict[str, Any], name: str, n: int) -> str:
@@ -119,12 +106,8 @@ def states_of(st: dict[str, Any], run_id: str) -> list[str]:
 
 def nightly(st: dict[str, Any]) -> dict[str, Any]:
     """Run the nightly ingest deployment now (as its schedule would) and wait for it."""
-    env = {**os.environ, **st["env"], "PREFECT_API_URL": st["api"]}
     before = {r["id"] for r in runs(st["api"], "ingest")}
-    out = subprocess.run([str(Path(sys.executable).parent / "prefect"), "deployment", "run",
-                          "ingest/ingest-nightly"], env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stdout + out.stderr
+    run_nightly_now(st["env"], st["api"])
     soon = datetime.now(UTC).timestamp() + 600
 
     def done() -> list[dict[str, Any]]:
@@ -212,38 +195,24 @@ def test_a_killed_worker_mid_ingest_publishes_once(st):
     assert follow["state_type"] == "COMPLETED"
 
 
-def post_event(st: dict[str, Any], key: str, event_id: str) -> None:
-    store = st["store"]
-    info = store.head(key)
-    event = {"id": event_id, "occurred": datetime.now(UTC).isoformat(),
-             "event": "s3.object.created",
-             "resource": {"prefect.resource.id": f"s3://{store.bucket}/{key}"},
-             "payload": {"bucket": store.bucket, "key": key, "size": info.size,
-                         "etag": info.etag}}
-    assert httpx.post(f"{st['api']}/events", json=[event], timeout=10).status_code == 204
-
-
 def test_duplicate_reordered_and_dropped_events(st):
     store, prefix = st["store"], st["cfg"].dataset.prefix
-    client = store.client
-    saved = client.get_bucket_notification_configuration(Bucket=store.bucket)
-    saved.pop("ResponseMetadata", None)
-    client.put_bucket_notification_configuration(Bucket=store.bucket,
-                                                 NotificationConfiguration={})
-    try:
+    with notifications_off(store):
         v0 = list_versions(store, prefix)
         a, b = upload(st, "e-a", 150), upload(st, "e-b", 150)
         eid = str(uuid.uuid4())
-        post_event(st, b, eid)                  # b's event before a's: out of order
-        post_event(st, a, str(uuid.uuid4()))
-        post_event(st, b, eid)                  # the same event again (same id)
-        post_event(st, b, str(uuid.uuid4()))    # the same upload under a new event id
+        def post(key: str, eid: str) -> None:
+            post_created_event(st["api"], store, key, eid)
+        post(b, eid)                             # b's event before a's: out of order
+        post(a, str(uuid.uuid4()))
+        post(b, eid)                             # the same event again (same id)
+        post(b, str(uuid.uuid4()))               # the same upload under a new event id
         settle(st)
         v1 = list_versions(store, prefix)
         check(st, "events: out of order + duplicates", versions=v1)
         assert len(v1) == len(v0) + 1, f"one version for one burst of events, got {v1}"
         n_runs = len(runs(st["api"], "ingest"))
-        post_event(st, a, str(uuid.uuid4()))    # a late duplicate, after its ingest ran
+        post(a, str(uuid.uuid4()))               # a late duplicate, after its ingest ran
         wait("the late duplicate's run", lambda: len(runs(st["api"], "ingest")) > n_runs, 120)
         settle(st)
         assert list_versions(store, prefix) == v1, "a late duplicate event made a version"
@@ -252,9 +221,6 @@ def test_duplicate_reordered_and_dropped_events(st):
         upload(st, "e-dropped", 120)            # its event is lost
         time.sleep(8)
         assert list_versions(store, prefix) == v1          # no event, no ingest
-    finally:
-        client.put_bucket_notification_configuration(Bucket=store.bucket,
-                                                     NotificationConfiguration=saved)
     follow = nightly(st)
     settle(st)
     check(st, "event dropped, nightly run", nightly=follow["state_type"])

@@ -28,11 +28,12 @@ TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
 @contextmanager
-def deployed_stack(home: Path, name: str, epochs: int,
-                   debounce_seconds: int | None = None) -> Iterator[dict[str, Any]]:
+def deployed_stack(home: Path, name: str, epochs: int, debounce_seconds: int | None = None,
+                   pending_timeout_seconds: int | None = None) -> Iterator[dict[str, Any]]:
     """Start the stack under ``home`` on free ports (bucket ``<name>-bucket``) and deploy
     examples/digits.toml renamed ``name`` (uploads under ``incoming/<name>/``, ``epochs``
-    training epochs); ``debounce_seconds`` overrides the upload trigger's default.
+    training epochs); ``debounce_seconds`` overrides the upload trigger's default and
+    ``pending_timeout_seconds`` the Pending automation's.
 
     Yields the handles: ``state``, ``stack_cfg``, ``env``, ``store``, ``config`` (the TOML's
     path), ``cfg`` (it loaded), ``api`` (the Prefect API URL) and ``home``. The stack is
@@ -51,6 +52,8 @@ def deployed_stack(home: Path, name: str, epochs: int,
         spec = DeploySpec(config=cfg_path, api_url=state.prefect_api_url)
         if debounce_seconds is not None:
             spec = dataclasses.replace(spec, debounce_seconds=debounce_seconds)
+        if pending_timeout_seconds is not None:
+            spec = dataclasses.replace(spec, pending_timeout_seconds=pending_timeout_seconds)
         deploy(spec, store.settings)
         yield {"state": state, "stack_cfg": cfg, "env": env, "store": store, "config": cfg_path,
                "cfg": load_config(cfg_path), "api": state.prefect_api_url, "home": home}

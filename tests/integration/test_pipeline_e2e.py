@@ -33,8 +33,6 @@ from tests.integration.stack_helpers import (
     wait,
 )
 
-# tests/chaos/test_flow_kills.py imports TERMINAL, in_flight, runs and wait from here
-
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
