@@ -5,7 +5,9 @@ batch of one shard: a ``[rows, nbytes]`` uint8 view) and row, plus label and key
 consecutive picks from the same segment are found once, when the picks are built, so a
 batch is copied with one ``ndarray.take(rows, 0, out)`` per run straight into the batch
 buffer (pinned when CUDA is used), and labels/keys are plain slices: no per-sample Python,
-no per-batch sort. numpy releases the GIL for the copies.
+no per-batch sort. numpy releases the GIL for the copies. With a ``ShardArena``
+(``trainer.arena``) a window's picks also carry each pick's arena row (``flat``), and a
+batch is one ``take`` from the arena instead.
 
 A training window is a random permutation of its samples, *sorted within each batch*
 by (segment, row) (``select(pos, chunk=batch_size, phase=...)``): the order of samples
