@@ -89,17 +89,16 @@ def first_epoch(files: SetFiles, store: ObjectStore, scratch: Path,
 @contextlib.contextmanager
 def previous_cache() -> Iterator[None]:
     """The cache's receive path before this round of work: botocore's ``readinto``
-    (urllib3 reads, then copies; botocore checks the CRC32), no block reservation. Only
-    for a before/after in the same rounds."""
-    from shardline.trainer import cache, receive
+    (urllib3 reads, then copies; botocore checks the CRC32). Only for a before/after in
+    the same rounds."""
+    from shardline.trainer import receive
 
-    saved = receive._direct, cache._reserve
+    saved = receive._direct
     receive._direct = lambda raw: None
-    cache._reserve = lambda fd, size: None
     try:
         yield
     finally:
-        receive._direct, cache._reserve = saved
+        receive._direct = saved
 
 
 def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,

@@ -13,7 +13,8 @@ bytes). Transfer errors are also caught by S3's own CRC, which botocore checks o
 GET that returns one; the digest here ties the bytes to the manifest and catches a
 corrupted or truncated cache file. Each fetch thread receives into one reused buffer
 (``trainer.receive``: straight from the socket where the response allows), hashes and
-writes from it, into a file whose blocks are reserved up front.
+writes from it. (Reserving the file's blocks up front with ``posix_fallocate`` was
+measured and dropped: a cold first epoch of 753 MB went from 1.17x to 0.37x a raw GET.)
 
 The size bound is enforced by least-recently-used eviction after each download (files are
 touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:
@@ -22,7 +23,6 @@ the mapping stays valid; the file is just fetched again when next needed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import mmap
@@ -79,14 +79,6 @@ def file_digest(path: Path, algorithm: str) -> str:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 h.update(m)
     return str(h.hexdigest())
-
-
-def _reserve(fd: int, size: int) -> None:
-    """Allocate the file's blocks before writing (one extent allocation instead of one per
-    write: ~10% less CPU per byte received on ext4 with 4 writers); best effort."""
-    if size > 0 and hasattr(os, "posix_fallocate"):
-        with contextlib.suppress(OSError):
-            os.posix_fallocate(fd, 0, size)
 
 
 class ShardCache:
@@ -166,7 +158,7 @@ class ShardCache:
         for attempt in (1, 2):
             tmp = path.with_name(f"{entry.sha256}.{uuid.uuid4().hex[:8]}.part")
             try:
-                digest, size = self._download(entry.path, tmp, algorithm, entry.bytes)
+                digest, size = self._download(entry.path, tmp, algorithm)
                 if digest == expected and size == entry.bytes:
                     os.replace(tmp, path)
                     break
@@ -188,9 +180,8 @@ class ShardCache:
             self.stats.bytes_fetched += size
             self.stats.fetch_seconds += time.perf_counter() - t0
 
-    def _download(self, key: str, tmp: Path, algorithm: str, size_hint: int
-                  ) -> tuple[str, int]:
-        """Receive ``key`` into ``tmp`` (space reserved up front), hashing as it arrives."""
+    def _download(self, key: str, tmp: Path, algorithm: str) -> tuple[str, int]:
+        """Receive ``key`` into ``tmp``, hashing as it arrives."""
         where = f"s3://{self.store.bucket}/{key}"
         h = _hasher(algorithm)
         buf = getattr(self._local, "buf", None)
@@ -206,7 +197,6 @@ class ShardCache:
             complete = False
             try:
                 with open(tmp, "wb") as f:
-                    _reserve(f.fileno(), size_hint)
                     # until readinto returns 0: only then does botocore check length and CRC
                     while n := body.readinto(buf):
                         view = buf[:n]

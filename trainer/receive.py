@@ -5,9 +5,11 @@ botocore's ``StreamingBody.readinto`` goes through urllib3 2.x, whose ``readinto
 byte in Python's process before the cache writes it. When the response is plain (no
 content encoding that urllib3 would have to undo, nothing buffered by urllib3 yet),
 ``http.client``'s own ``readinto`` on the same response receives from the socket straight
-into the buffer (one copy, the kernel's). On a 2-core machine that cut the client CPU of a
-cold first epoch by about a third (docs/benchmarks.md, "First epoch from the object
-store"). Anything unexpected about the response falls back to botocore's path.
+into the buffer (one copy, the kernel's); botocore's body also computes the CRC32 the
+server sends, which this path leaves to the manifest's digest. On a 2-core machine that
+cut the client CPU of receiving 150 MB on 4 threads by 25-55% (docs/benchmarks.md, "First
+epoch from the object store"). Anything unexpected about the response falls back to
+botocore's path.
 
 What botocore's path checks on the way (the length against Content-Length, its CRC when
 the server sends one) the caller checks itself on this path: the byte count against the
