@@ -29,12 +29,16 @@ WHY = {
     "detect": "lists the incoming prefix (every upload ever kept there) and every claim "
               "key, and GETs each claim document not yet in a claims checkpoint (it writes "
               "one after 64; the measured 200-version point is the run that writes it)",
-    "convert": "Spark reads only the new batch's sources and writes its shards; the driver "
-               "plans from their sizes (the duplicate check inside it is the dedupe row)",
-    "dedupe": "hashes only the new ids, then streams every published batch's id file "
-              "bucket by bucket: memory follows the new batch, bytes read follow the history",
-    "validate": "two GX suites over the new batch's row table; reads nothing stored",
-    "publish": "copies the new shards, writes the id file, batch list and a <= 10-reference "
+    "convert": "Spark reads only the new batch's sources and writes its shards and row "
+               "files; the driver plans from their sizes (the duplicate check inside it is "
+               "the dedupe row)",
+    "dedupe": "reads the new batch's row files one id-bucket range at a time, then streams "
+              "every published batch's id file bucket by bucket: memory follows the range, "
+              "bytes read follow the history",
+    "validate": "two GX suites over the new batch's row files, one id-bucket range at a "
+                "time; reads nothing else",
+    "publish": "copies the new shards and the staged id file, writes the batch list and a "
+               "<= 10-reference "
                "document; lists versions and reads the latest checkpoint (O(batches) bytes), "
                "and every 10th version writes a checkpoint of all batch references",
     "read": "the latest document, its checkpoint (one reference per batch), the new batch's "

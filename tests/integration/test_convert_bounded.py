@@ -15,7 +15,6 @@ against a real moto S3 server (no Spark needed for what is checked here) and sho
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 
 from shardline.infra.demo_data import bad_jsonl_lines, digits, jsonl_bytes
 from shardline.tasks.batch import Source
@@ -64,7 +63,7 @@ def test_driver_collects_one_row_per_file(store):
                .column("shard_row").to_pylist()) == rows_in
 
 
-def _dedupe(store, cfg, run_id, sources, published, max_rows, seen):
+def _dedupe(store, cfg, run_id, sources, published, max_rows, seen, monkeypatch):
     meta = _meta(store, cfg, run_id, sources)
     conv = assemble(store, cfg, _batch(sources), run_id, None, meta)   # ids checked, no history
     files = conv.row_files
@@ -77,13 +76,10 @@ def _dedupe(store, cfg, run_id, sources, published, max_rows, seen):
         seen.append(table.num_rows)
         return table, buckets
 
-    rowfiles_read = pytest.MonkeyPatch()
-    rowfiles_read.setattr("shardline.tasks.convert.dedupe.read_buckets", spy)
-    try:
+    with monkeypatch.context() as m:
+        m.setattr("shardline.tasks.convert.dedupe.read_buckets", spy)
         done = dedupe_batch(store, cfg, run_id + "x", files, published, data,
                             rowfiles.staged_ids_key(stage + "again-"), max_rows=max_rows)
-    finally:
-        rowfiles_read.undo()
     return conv, done
 
 
@@ -92,15 +88,15 @@ def _batch(sources):
     return Batch("b-bounded", tuple(sources))
 
 
-def test_chunked_dedupe_matches_one_pass_and_reads_a_chunk_at_a_time(store):
+def test_chunked_dedupe_matches_one_pass_and_reads_a_chunk_at_a_time(store, monkeypatch):
     cfg = dataset_config()
     sources = _sources(store, cfg)
     published = f"{cfg.prefix}/ids/batch=old-r0.arrow"
     write_ids(store, published, pa.array(["d00010", "d00460", "gone"]))
     one: list[int] = []
     many: list[int] = []
-    c1, whole = _dedupe(store, cfg, "r-one", sources, [published], 10_000_000, one)
-    c2, chunked = _dedupe(store, cfg, "r-many", sources, [published], 60, many)
+    c1, whole = _dedupe(store, cfg, "r-one", sources, [published], 10_000_000, one, monkeypatch)
+    c2, chunked = _dedupe(store, cfg, "r-many", sources, [published], 60, many, monkeypatch)
 
     assert len(one) == 1 and len(many) > 5
     per_bucket = max(sum(f.ok_per_bucket[k] for f in c2.row_files) for k in range(64))
