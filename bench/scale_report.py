@@ -142,7 +142,7 @@ def findings(result: dict[str, Any]) -> list[str]:
                    f"{rows['validate']['stage_rss_mb'][-1]:,.0f} MB). The Spark tasks write the "
                    "per-row metadata to row files bucketed by id hash and return one row per "
                    "file; the duplicate check, the id file and validation read the row files "
-                   "one bucket range (at most ~2M rows, `tasks/convert/rowfiles.CHUNK_ROWS`) at "
+                   "one bucket range (at most ~1M rows, `tasks/convert/rowfiles.CHUNK_ROWS`) at "
                    "a time, so past one range the driver's peak follows the range, not the "
                    "batch.")
     ids = syn.get("ids") or []
