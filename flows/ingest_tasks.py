@@ -145,8 +145,10 @@ def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: convert_mod.C
     s = ObjectStore(store)
     report = validate_mod.validate(s, cfg, conv)
     if not report.success:
-        setaside.record_validation_failure(s, cfg, conv.batch, conv.run_id, conv.rows,
-                                           report.failure_message())
+        setaside.record_validation_failure(
+            s, cfg, conv.batch, conv.run_id,
+            conv.iter_rows(s, columns=["source_key", "status", "rule"]),
+            report.failure_message())
     get_run_logger().info("validation %s: %s", "passed" if report.success else "FAILED",
                           report.summary())
     return report

@@ -84,20 +84,40 @@ def record_conversion_failure(store: ObjectStore, cfg: DatasetConfig, batch: Bat
 def record_validation_failure(store: ObjectStore, cfg: DatasetConfig, batch: Batch,
                               run_id: str, rows: object, reason: str) -> None:
     """A strike against the sources that made validation fail. ``rows`` is the converted
-    batch's row table (``source_key``, ``status``, ``rule``)."""
+    batch's row table (``source_key``, ``status``, ``rule``), or an iterable of such tables
+    (``Converted.iter_rows``: one bucket range at a time, so the driver never holds every
+    row); only counts per source and the set of rules are kept."""
     import pyarrow as pa
 
-    assert isinstance(rows, pa.Table)
-    keys = rows.column("source_key").to_pylist()
-    ok = pc.equal(rows.column("status"), "ok").to_pylist()
-    rules = rows.column("rule").to_pylist()
-    total, bad = Counter(keys), Counter(k for k, good in zip(keys, ok, strict=True) if not good)
+    chunks = [rows] if isinstance(rows, pa.Table) else rows
+    assert isinstance(chunks, Iterable)
+    total: Counter[str] = Counter()
+    bad: Counter[str] = Counter()
+    rules: set[str | None] = set()             # None: a row that passed
+    any_row = False
+    for chunk in chunks:
+        assert isinstance(chunk, pa.Table)
+        if not chunk.num_rows:
+            continue
+        any_row = True
+        keys = pc.cast(chunk.column("source_key"), pa.string())
+        total.update(_value_counts(keys))
+        failed = pc.filter(keys, pc.invert(pc.equal(pc.cast(chunk.column("status"),
+                                                            pa.string()), "ok")))
+        bad.update(_value_counts(failed))
+        rules.update(pc.unique(pc.cast(chunk.column("rule"), pa.string())).to_pylist())
     limit = cfg.validation.max_quarantine_fraction
     suspects = [s for s in batch.sources if total[s.key] == 0 or
                 bad[s.key] / total[s.key] > limit]
-    only_empty = bool(rules) and all(r == "empty_object" for r in rules)
+    only_empty = any_row and rules == {"empty_object"}
     _record(store, cfg, batch, run_id, "validate", reason, suspects or batch.sources,
             final=only_empty)
+
+
+def _value_counts(keys: object) -> dict[str, int]:
+    counts = pc.value_counts(keys)
+    return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(),
+                    strict=True))
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,10 @@ def ingest_once(store: ObjectStore, cfg, spark) -> Published | None:
         raise
     report = validate(store, cfg, conv)
     if not report.success:
-        setaside.record_validation_failure(store, cfg, batch, run_id, conv.rows,
-                                           report.failure_message())
+        setaside.record_validation_failure(
+            store, cfg, batch, run_id,
+            conv.iter_rows(store, columns=["source_key", "status", "rule"]),
+            report.failure_message())
     require_success(report, batch.id)
     return publish(store, cfg, conv, report)
 
