@@ -81,6 +81,9 @@ def variant_plan(name: str, cuda: bool) -> StepPlan:
 def measure(place: Placement, plan: StepPlan, side: int, batch: int, width: int, steps: int,
             warmup: int) -> float:
     """Samples/s of ``steps`` trainer steps after ``warmup`` (compile happens in warm-up)."""
+    torch._dynamo.reset()          # each cell compiles afresh, as its own `train` run would
+    if place.cuda:
+        torch.cuda.empty_cache()
     apply_backends(plan)
     torch.manual_seed(0)
     model = place.prepare(build_model(arch("resnet", width, 4, (side, side, 3), CLASSES)))
@@ -122,8 +125,6 @@ def run(steps: int | None = None, sizes: list[int] | None = None,
                 rate = measure(place, plan, side, b, width, steps, warmup)
                 rows.append({"variant": name, "plan": asdict(plan), "side": side, "batch": b,
                              "samples_per_s": rate})
-                if cuda:
-                    torch.cuda.empty_cache()
     result: dict[str, Any] = {
         "part": "gpu_step", "machine": machine(), "device": str(place.device),
         "device_name": torch.cuda.get_device_name(place.device) if cuda else "cpu",

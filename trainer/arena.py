@@ -13,11 +13,12 @@ readers need no protection. A window is gathered from the arena only when all it
 are filled (``bases``), else from the maps: same bytes in the same order, so the batches
 and the resume state do not depend on when (or whether) the copies happened.
 
-Used only when the whole training set fits the budget (the stream's ``arena_bytes``;
-default the reader's keep-open budget, 1 GiB of pixels). Cost: anonymous memory as shards
-are filled (pages are touched by the copy; the first touch of fresh memory is most of a
-fill's time), on top of the shard files' page cache (reclaimable), and one copy per shard
-per run.
+Used only when the whole training set fits the budget (the stream's ``arena_bytes``; by
+default the reader's keep-open budget, 1 GiB of pixels, shared by the ranks of the run,
+and only for batches up to 8 MiB with more than one epoch: ``trainer.stream``).
+Cost: anonymous memory as shards are filled (pages are touched by the copy; the first
+touch of fresh memory is most of a fill's time), on top of the shard files' page cache
+(reclaimable), and one copy per shard per run.
 """
 
 from __future__ import annotations
@@ -65,17 +66,27 @@ class ShardArena:
         return mine
 
     def fill(self, shards: Sequence[tuple[int, OpenShard]]) -> None:
-        """Copy claimed shards in (checking each has the rows the layout says)."""
-        for o, shard in shards:
-            if shard.rows != self.rows[o]:
-                raise ValueError(f"shard {shard.key} has {shard.rows} rows, the arena "
-                                 f"reserved {self.rows[o]}")
-            base = self.base[o]
-            for seg, start in zip(shard.segments, shard.starts.tolist(), strict=False):
-                np.copyto(self.data[base + start:base + start + len(seg)], seg)
+        """Copy claimed shards in (checking each has the rows the layout says). A failure
+        hands the unfilled claims back, so the next build claims them again and fails the
+        same way (on the helper thread or the batch path alike) instead of reading them
+        from the maps for the rest of the run."""
+        done = 0
+        try:
+            for o, shard in shards:
+                if shard.rows != self.rows[o]:
+                    raise ValueError(f"shard {shard.key} has {shard.rows} rows, the arena "
+                                     f"reserved {self.rows[o]}")
+                base = self.base[o]
+                for seg, start in zip(shard.segments, shard.starts.tolist(), strict=False):
+                    np.copyto(self.data[base + start:base + start + len(seg)], seg)
+                with self._lock:
+                    self._filled.add(o)
+                    self.copied += 1
+                done += 1
+        except BaseException:
             with self._lock:
-                self._filled.add(o)
-                self.copied += 1
+                self._claimed.difference_update(o for o, _ in shards[done:])
+            raise
 
     def filled(self) -> set[int]:
         with self._lock:

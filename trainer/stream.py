@@ -13,17 +13,18 @@ from the seed, so restoring the state continues with exactly the same samples.
 Off the batch path (``prebuild=True``, the default): as soon as a window is built, a helper
 thread builds the next one (a window is a pure function of epoch, window index and phase;
 the stream takes the helper's result only for exactly the key it needs, so batches and
-resume are unchanged) and works out each full batch's copies (``picks.plan_batches``), so
-a batch inside a window is only its ``take`` calls. ``prebuild=False`` builds every window
-inline and does the bookkeeping per batch.
+resume are unchanged) and works out each full batch's copies (``picks.plan_batches``;
+with the arena, one row index per sample instead), so a batch inside a window is only its
+``take`` calls. ``prebuild=False`` builds every window inline and does the bookkeeping per
+batch.
 
-Arena (``arena_bytes``; default: the reader's keep-open budget for batches up to
-``ARENA_MAX_BATCH_BYTES`` when there are several epochs, else off; 0: off): when the
-training set fits, each window's build (the first on the batch path, the later ones on the
+Arena (``arena_bytes``; default: the reader's keep-open budget divided by the ranks, for
+batches up to ``ARENA_MAX_BATCH_BYTES`` when there are several epochs, else off; 0: off):
+when the training set fits, each window's build (the first on the batch path, the later ones on the
 helper) copies its shards into one ``ShardArena`` buffer unless they are there already,
 and a batch is then one ``take`` of precomputed arena rows instead of one per shard it
 touches (``trainer.arena``); same bytes, same order, same state. The copying is a one-time
-cost per run (S: ~157 MB of fresh memory, 0.02-0.5 s here, mostly page faults), paid when
+cost per run (S: ~157 MB of fresh memory, 0.05-0.74 s here, mostly page faults), paid when
 the stream starts, like opening and indexing the shards.
 
 Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
@@ -90,7 +91,10 @@ class ShardStream(BaseNode[Batch]):
         self._last_seg_at: list[tuple[int, int]] = []         # per segment: (item, start)
         if arena_bytes is None:    # default: where per-take overhead is worth the memory
             small = batch_size * self.nbytes <= ARENA_MAX_BATCH_BYTES
-            arena_bytes = reader.keep_open_bytes if small and epochs > 1 else 0
+            # each rank holds its own copy: the ranks of a run (on one host, at worst)
+            # share the budget rather than each taking all of it
+            arena_bytes = reader.keep_open_bytes // max(world, 1) if small and epochs > 1 \
+                else 0
         self.arena = ShardArena.sized(arena_bytes, {s.ordinal: s.entry.rows
                                                     for s in self._shards}, self.nbytes)
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
@@ -246,7 +250,10 @@ class ShardStream(BaseNode[Batch]):
         members = tuple(sorted(windows[w]))   # the window's samples in a canonical order
         with self._build_lock:
             if self._last_members != members:     # (a one-window epoch reuses them)
-                items, self._last_items, self._last_seg_at = [], [], []
+                # built aside and stored together: an open() that fails part-way leaves
+                # the last window's picks, shards and segment starts consistent
+                items, seg_at_new = [], []
+                opened: list[tuple[int, Any]] = []
                 for i in members:
                     s = self._shards[i]
                     shard = self.reader.open(s)
@@ -255,10 +262,12 @@ class ShardStream(BaseNode[Batch]):
                         rows = self._rows[s.ordinal] = self.plan.train_rows(
                             s, self.reader.index(s))
                     items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
-                    self._last_seg_at += [(len(self._last_items), int(a))
-                                          for a in shard.starts[:len(shard.segments)]]
-                    self._last_items.append((s.ordinal, shard))
-                self._last_members, self._last_picks = members, build_picks(items)
+                    seg_at_new += [(len(opened), int(a))
+                                   for a in shard.starts[:len(shard.segments)]]
+                    opened.append((s.ordinal, shard))
+                picks_new = build_picks(items)
+                (self._last_members, self._last_picks, self._last_items,
+                 self._last_seg_at) = members, picks_new, opened, seg_at_new
             picks, shards, seg_at = self._last_picks, self._last_items, self._last_seg_at
         pos = rank_positions(window_permutation(len(picks), self.seed, epoch, w),
                              self.rank, self.world)

@@ -56,6 +56,11 @@ def test_a_shard_with_other_rows_than_the_layout_is_refused(shards: dict) -> Non
     with pytest.raises(ValueError, match="rows"):
         arena.fill(arena.claim([(10, shards[10][0])]))
     assert arena.bases([10]) is None
+    # the claim is handed back: the next build (helper or batch path) fails the same way
+    again = arena.claim([(10, shards[10][0])])
+    assert [o for o, _ in again] == [10]
+    with pytest.raises(ValueError, match="rows"):
+        arena.fill(again)
 
 
 def test_sized_only_when_everything_fits() -> None:

@@ -244,3 +244,34 @@ def test_arena_without_the_helper_and_for_one_epoch(local_digits: LocalDigits) -
     assert stream(local_digits, plan, epochs=1).arena is None      # one pass: no copy
     assert [b["key"].tolist() for b in got] == [b["key"].tolist() for b in want]
     assert all(torch.equal(a["image"], b["image"]) for a, b in zip(got, want, strict=True))
+
+
+def test_a_window_build_that_fails_part_way_leaves_the_last_window_intact(
+        local_digits: LocalDigits) -> None:
+    """A shard that cannot be opened while the next window is built (a cold cache's fetch
+    failing) must not leave the last window's cached picks paired with part of the new
+    window's shards: the same stream started over still gives the maps' exact bytes."""
+    plan = local_digits.plan(since=None)
+    kw: dict[str, object] = dict(epochs=2, batch_size=37, window_rows=150, prebuild=False)
+    s, maps = stream(local_digits, plan, **kw), stream(local_digits, plan, arena_bytes=0, **kw)
+    assert s.arena is not None
+    want = list(maps)
+    s.reset()
+    next(s)                                   # window 0 built (and cached)
+    real_open, calls = s.reader.open, [0]
+
+    def flaky(shard: object) -> object:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise OSError("injected: shard unreadable")
+        return real_open(shard)  # type: ignore[arg-type]
+
+    s.reader.open = flaky  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="injected"):
+        while True:
+            next(s)                           # ... until window 1's build fails part-way
+    s.reader.open = real_open  # type: ignore[method-assign]
+    s.reset()
+    got = list(s)
+    assert [b["key"].tolist() for b in got] == [b["key"].tolist() for b in want]
+    assert all(torch.equal(a["image"], b["image"]) for a, b in zip(got, want, strict=True))
