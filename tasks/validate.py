@@ -31,7 +31,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ValidationFailed
 from shardline.core.schema import report_key
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert.rowfiles import CHUNK_ROWS, PLAIN_SCHEMA
+from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA
 from shardline.tasks.convert.stage import Converted
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def _detail_of(r: dict[str, Any]) -> str:
 
 
 def run_suites(cfg: DatasetConfig, conv: Converted, store: ObjectStore | None = None,
-               max_rows: int = CHUNK_ROWS) -> tuple[bool, list[dict[str, Any]]]:
+               max_rows: int | None = None) -> tuple[bool, list[dict[str, Any]]]:
     """Run both suites in an ephemeral GX context, one id-bucket range of the row files
     (~``max_rows`` rows) at a time, and merge the chunks' results (``merge``): the driver
     holds one chunk, never the batch. Equal ids share a bucket, so a uniqueness check per
@@ -122,7 +122,7 @@ def run_suites(cfg: DatasetConfig, conv: Converted, store: ObjectStore | None = 
     return all(r["success"] for r in results), results
 
 
-def _chunks(conv: Converted, store: ObjectStore | None, max_rows: int, columns: list[str]
+def _chunks(conv: Converted, store: ObjectStore | None, max_rows: int | None, columns: list[str]
             ) -> Iterator[pa.Table]:
     """The columns a suite needs: every row's status (the batch suite), or the id and label
     of each row to publish; in chunks, or one empty table if none (the row-count

@@ -14,6 +14,7 @@ dataclass the rest of the code passes around (and pickles into Spark tasks).
   ``SHARDLINE_SPARK_MASTER`` (default ``local[*]``)
 - ``SHARDLINE_CACHE_DIR`` / ``SHARDLINE_CACHE_MAX_GB``: override ``[train] cache_dir`` /
   ``cache_max_gb`` (e.g. a mounted volume in Kubernetes)
+- ``SHARDLINE_ROWS_CHUNK``: rows the ingest driver holds at once (default 1,000,000)
 - ``SHARDLINE_WORK_POOL`` / ``SHARDLINE_TRAIN_POOL``: Prefect work pools for ingest /
   training runs (``shardline deploy``)
 - ``SHARDLINE_CHECK_TIMEOUT``: seconds each pre-flight check of the CLI may take (default 5)
@@ -112,6 +113,10 @@ class RuntimeEnv(EnvGroup):
 
     cache_dir: str | None = Field(None, validation_alias="SHARDLINE_CACHE_DIR")
     cache_max_gb: float | None = Field(None, gt=0, validation_alias="SHARDLINE_CACHE_MAX_GB")
+    # rows of one chunk the ingest driver holds at once (duplicate check, validation):
+    # smaller = less driver memory, more ranged GETs of the row and id files
+    rows_chunk: int = Field(1_000_000, ge=1_000, le=100_000_000,
+                            validation_alias="SHARDLINE_ROWS_CHUNK")
 
 
 class DeployEnv(EnvGroup):

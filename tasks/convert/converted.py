@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
-from shardline.tasks.convert.rowfiles import CHUNK_ROWS, PLAIN_SCHEMA, RowFile, iter_chunks
+from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA, RowFile, iter_chunks
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.id_index import open_reader
 
@@ -85,7 +85,7 @@ class Converted:
                             dup, value, pc.cast(out[c], pa.string())))
         return pa.table(out)
 
-    def _read(self, store: ObjectStore | None, files: list[RowFile], max_rows: int,
+    def _read(self, store: ObjectStore | None, files: list[RowFile], max_rows: int | None,
               columns: list[str], passed_only: bool) -> Iterator[pa.Table]:
         need = list(columns) + [c for c in ("status",) if passed_only and c not in columns]
         if self.dropped:
@@ -99,7 +99,7 @@ class Converted:
             else:
                 yield self._mark(table, columns)
 
-    def iter_rows(self, store: ObjectStore | None = None, max_rows: int = CHUNK_ROWS,
+    def iter_rows(self, store: ObjectStore | None = None, max_rows: int | None = None,
                   passed_only: bool = False, columns: list[str] | None = None
                   ) -> Iterator[pa.Table]:
         """The per-row table (``columns``, default ``ROW_COLUMNS``; text columns
@@ -117,9 +117,10 @@ class Converted:
 
     def quarantine_examples(self, n: int = EXAMPLES, store: ObjectStore | None = None
                             ) -> list[dict]:
-        """The first ``n`` quarantined rows, task by task: kept from convert (the report and
-        the flow's artifact ask for them after publish removed the staging folder), else read
-        from the row files until there are ``n``."""
+        """The first ``n`` quarantined rows, task by task, each task's in source order
+        (object key, row): kept from convert (the report and the flow's artifact ask for
+        them after publish removed the staging folder), else read from the row files until
+        there are ``n``."""
         if self.examples is not None and n <= EXAMPLES:
             return self.examples[:n]
         out: list[dict] = []
@@ -130,8 +131,12 @@ class Converted:
                 continue
             for bad in self._read(store, [f], 1 << 62, ROW_COLUMNS, False):
                 bad = bad.filter(pc.not_equal(bad.column("status"), "ok"))
-                out += bad.select(["source_key", "source_row", "id", "rule"]).slice(
-                    0, n - len(out)).to_pylist()
+                # a row file is in id-hash order: the task's first refused rows are the
+                # first in source order (object, row), as a person reads the upload
+                bad = pa.table({c: pc.cast(bad.column(c), PLAIN_SCHEMA.field(c).type)
+                                for c in ("source_key", "source_row", "id", "rule")})
+                bad = bad.sort_by([("source_key", "ascending"), ("source_row", "ascending")])
+                out += bad.slice(0, n - len(out)).to_pylist()
         return out[:n]
 
     def iter_published_ids(self, store: ObjectStore | None = None) -> Iterator[pa.Array]:

@@ -27,7 +27,7 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.idhash import id_hash64
 from shardline.core.store import ObjectStore
-from shardline.tasks.convert.rowfiles import CHUNK_ROWS, RowFile, plan_chunks, read_buckets
+from shardline.tasks.convert.rowfiles import RowFile, plan_chunks, read_buckets
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, IDS_SCHEMA, published_mask
 
@@ -129,7 +129,7 @@ class Deduped:
 
 def dedupe_batch(store: ObjectStore, cfg: DatasetConfig, run_id: str, files: list[RowFile],
                  published_paths: list[str], shards: list[WrittenShard], ids_key: str,
-                 max_rows: int = CHUNK_ROWS) -> Deduped:
+                 max_rows: int | None = None) -> Deduped:
     """The duplicate check over the tasks' row files, one range of id buckets at a time
     (equal ids share a bucket, so each chunk is checked on its own): the driver holds one
     chunk of passed rows (at most ~``max_rows``), never the batch. Writes the batch's id file

@@ -18,7 +18,6 @@ buckets asked for.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from shardline.core.settings import RuntimeEnv, read_env
 from shardline.core.store import ObjectStore
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, buckets_of, open_reader
 
@@ -45,8 +45,14 @@ PLAIN_SCHEMA = pa.schema([pa.field(f.name, pa.string()) if f.type == _DICT else 
                           for f in ROW_SCHEMA])
 # Rows of one chunk the driver holds at once (per pass: dedupe, validate): ~150 B a row in
 # Arrow plus the passes' scratch, a few hundred MB at most whatever the batch's size.
-# ``SHARDLINE_ROWS_CHUNK`` (read at import) trades driver memory for ranged requests.
-CHUNK_ROWS = int(os.environ.get("SHARDLINE_ROWS_CHUNK", "") or 1_000_000)
+# ``SHARDLINE_ROWS_CHUNK`` (``core.settings.RuntimeEnv``, read when a batch is chunked)
+# trades driver memory for ranged requests; CHUNK_ROWS is its default.
+CHUNK_ROWS = 1_000_000
+
+
+def chunk_rows() -> int:
+    """Rows per chunk: ``SHARDLINE_ROWS_CHUNK`` (a bad value is a ConfigError naming it)."""
+    return read_env(RuntimeEnv).rows_chunk
 
 
 MISSING = ("a row file of this conversion is missing: the run's staging folder was removed "
@@ -97,11 +103,13 @@ def encode_rows(cols: dict[str, list]) -> tuple[bytes, dict[str, int], list[int]
     return sink.getvalue().to_pybytes(), by_rule, ok_per_bucket
 
 
-def plan_chunks(files: Sequence[RowFile], max_rows: int = CHUNK_ROWS, *, passed: bool = True
+def plan_chunks(files: Sequence[RowFile], max_rows: int | None = None, *, passed: bool = True
                 ) -> list[range]:
     """Consecutive bucket ranges, each holding at most ``max_rows`` rows over all files (or
     one bucket, if a single bucket holds more). ``passed``: count passed rows only (the
-    duplicate check), else every row (each file's rows spread evenly: validation)."""
+    duplicate check), else every row (each file's rows spread evenly: validation).
+    ``max_rows`` defaults to :func:`chunk_rows`."""
+    limit = max_rows if max_rows is not None else chunk_rows()
     per = np.zeros(ID_BUCKETS, np.int64)
     for f in files:
         if passed:
@@ -110,7 +118,7 @@ def plan_chunks(files: Sequence[RowFile], max_rows: int = CHUNK_ROWS, *, passed:
             per += -(-f.rows // ID_BUCKETS)
     out, lo, acc = [], 0, 0
     for k in range(ID_BUCKETS):
-        if k > lo and acc + per[k] > max_rows:
+        if k > lo and acc + per[k] > limit:
             out.append(range(lo, k))
             lo, acc = k, 0
         acc += int(per[k])
@@ -142,7 +150,7 @@ def read_buckets(store: ObjectStore, files: Sequence[RowFile], buckets: range, *
     return table, (np.concatenate(bucket_of) if bucket_of else np.zeros(0, np.int64))
 
 
-def iter_chunks(store: ObjectStore, files: Sequence[RowFile], max_rows: int = CHUNK_ROWS, *,
+def iter_chunks(store: ObjectStore, files: Sequence[RowFile], max_rows: int | None = None, *,
                 columns: Sequence[str] | None = None, passed_only: bool = False
                 ) -> Iterator[tuple[range, pa.Table, np.ndarray]]:
     """Every row of ``files``, one bucket range (at most ~``max_rows`` rows) at a time."""

@@ -144,3 +144,18 @@ def test_validation_in_chunks_agrees_with_one_pass(store):
     assert status["detail"].startswith(f"unexpected {conv.rows_quarantined} of {conv.rows_in}")
     strict = dataset_config(validation={"max_quarantine_fraction": 0.01})
     assert run_suites(strict, conv, store, max_rows=50)[0] is False
+
+
+def test_quarantine_examples_come_in_source_order(store):
+    """Row files are in id-hash order; the examples a person reads (report, artifact) are
+    each task's first refused rows by (object, row), the id-less ones in their place."""
+    cfg = dataset_config()
+    sources = _sources(store, cfg)
+    conv = assemble(store, cfg, _batch(sources), "r-examples", None,
+                    _meta(store, cfg, "r-examples", sources))
+    conv.examples = None                                  # read them from the row files
+    got = conv.quarantine_examples()
+    refused = conv.rows.filter(pa.compute.not_equal(conv.rows.column("status"), "ok"))
+    want = sorted((r["source_key"], r["source_row"]) for r in refused.to_pylist())
+    assert len(got) == min(len(want), 50) > 5
+    assert [(e["source_key"], e["source_row"]) for e in got] == want[:len(got)]
