@@ -17,6 +17,7 @@ import base64
 import hashlib
 import io
 import json
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +74,11 @@ class LocalDirStore:
 
     def put_json(self, key: str, obj: Any, **kw: Any) -> str:
         return self.put_bytes(key, json.dumps(obj, default=str).encode(), **kw)
+
+    def upload_file(self, key: str, path: str) -> None:
+        dst = self.root / key
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dst)
 
 
 def _records(data: bytes, fmt: str) -> Iterator[tuple[str, int, bytes]]:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import boto3
+from boto3.exceptions import S3UploadFailedError
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -245,6 +246,19 @@ class ObjectStore:
             raise self._fail("put", key, exc) from exc
         except BotoCoreError as exc:
             raise self._fail("put", key, exc) from exc
+
+    def upload_file(self, key: str, path: str) -> None:
+        """Write a local file as an object, streamed from disk (multipart above 8 MB, parts
+        in parallel: boto3's managed transfer), so its size never has to fit in memory.
+        Unconditional: for staged objects, not for commits."""
+        try:
+            self.client.upload_file(path, self.bucket, key)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("upload", key, exc) from exc
+        except S3UploadFailedError as exc:    # wraps the part's error: classify that one
+            cause = exc.__cause__ or exc.__context__
+            inner = cause if isinstance(cause, ClientError | BotoCoreError) else exc
+            raise self._fail("upload", key, inner) from exc
 
     def put_json(self, key: str, obj: Any, **kwargs: Any) -> str:
         body = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()

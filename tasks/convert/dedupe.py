@@ -166,7 +166,7 @@ def dedupe_batch(store: ObjectStore, cfg: DatasetConfig, run_id: str, files: lis
                     w.write_batch(pa.record_batch([ids.filter(sel).combine_chunks()],
                                                   schema=schema))
                 n_ids += int(keep.sum())
-        store.put_bytes(ids_key, memoryview(pa.memory_map(path).read_buffer()))
+        store.upload_file(ids_key, path)      # streamed from disk: never O(ids) in memory
     drop = {k: np.unique(np.concatenate(v)) for k, v in dropped.items()}
     data = rewrite_shards(store, cfg, shards, drop) if drop else shards
     if drop:

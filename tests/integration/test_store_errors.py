@@ -42,3 +42,18 @@ def test_check_bucket_passes_and_names_a_missing_bucket(store: ObjectStore) -> N
         other.check_bucket()
     other.ensure_bucket()
     other.check_bucket()
+
+
+def test_upload_file_streams_a_large_file_in_parts(store: ObjectStore, tmp_path) -> None:
+    """A file over the multipart threshold arrives whole (its ETag is a multipart one), and
+    a failed upload names the key."""
+    path = tmp_path / "big.bin"
+    body = bytes(range(256)) * (40 * 1024 + 7)              # ~10 MB: above 8 MB, two parts
+    path.write_bytes(body)
+    store.upload_file("staging/x/big.bin", str(path))
+    assert store.get_bytes("staging/x/big.bin") == body
+    info = store.head("staging/x/big.bin")
+    assert info is not None and "-" in info.etag            # multipart: "<md5>-<parts>"
+    missing = dataclasses.replace(store.settings, bucket="no-such-bucket-upload")
+    with pytest.raises(PermanentStoreError, match="no-such-bucket-upload"):
+        ObjectStore(missing).upload_file("k", str(path))
