@@ -105,7 +105,7 @@ def stage_task(name: str, **options: Any) -> Callable[[Callable[P, R]], Task[P, 
 
 @stage_task("sweep")
 def sweep_stage(cfg: DatasetConfig, store: StoreSettings, run_id: str) -> sweep_mod.SweepResult:
-    result = sweep_mod.sweep(ObjectStore(store), cfg, keep_run=run_id)
+    result = sweep_mod.sweep(ObjectStore(store), cfg, keep_run=run_id, full=False)
     get_run_logger().info("sweep: %s", result)
     return result
 

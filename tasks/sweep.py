@@ -13,6 +13,13 @@
   ``retain_replaced_minutes`` (default a day) keeps what its parent named, so readers of
   the version before a compaction have that long to finish; after it they are swept.
 Readers never list these folders, so sweeping changes nothing they can see.
+
+The orphan scan lists every shard, quarantine shard, id file and batch list: O(history).
+An ingest run therefore asks for it only when the last scan is ``sweep_after_minutes`` old
+(``full=False``; the time is kept in ``sweep/last-scan.json``): nothing younger than that
+could be removed anyway, so an orphan still goes within two of those periods, and a day of
+frequent uploads pays the listing a few dozen times, not once per upload. The staging
+folders (only crashed runs' and the current one) are swept every time.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
+from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.replace import is_compaction
 from shardline.core.store import ObjectStore
@@ -35,10 +43,13 @@ class SweepResult:
     staging_runs: int
     staging_objects: int
     orphans: int
+    scanned: bool = True          # the orphan scan ran (``full=False`` skips a recent one)
 
 
 def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None,
-          now: datetime | None = None) -> SweepResult:
+          now: datetime | None = None, full: bool = True) -> SweepResult:
+    """Sweep stale staging runs, then (``full``, or when the last scan is
+    ``sweep_after_minutes`` old) the orphans."""
     now = now or datetime.now(UTC)
     cutoff = now - timedelta(minutes=cfg.sweep_after_minutes)
     runs: dict[str, list] = {}
@@ -53,6 +64,11 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
             stale_runs += 1
             stale_keys.extend(o.key for o in objs)
     store.delete(stale_keys)
+    if not full and not _scan_due(store, cfg, cutoff):
+        if stale_runs:
+            log.info("swept %d stale staging run(s) (%d objects); orphan scan not due",
+                     stale_runs, len(stale_keys))
+        return SweepResult(stale_runs, len(stale_keys), 0, scanned=False)
     latest = latest_manifest(store, cfg.prefix)
     live: set[str] = set()
     if latest is not None:
@@ -63,10 +79,21 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
     orphans = [o.key for p in prefixes for o in store.list(p)
                if o.key not in live and o.last_modified < cutoff]
     store.delete(orphans)
+    store.put_json(layout.sweep_marker(cfg.prefix), {"scanned_at": now.isoformat()})
     if stale_runs or orphans:
         log.info("swept %d stale staging run(s) (%d objects) and %d orphaned file(s)",
                  stale_runs, len(stale_keys), len(orphans))
     return SweepResult(stale_runs, len(stale_keys), len(orphans))
+
+
+def _scan_due(store: ObjectStore, cfg: DatasetConfig, cutoff: datetime) -> bool:
+    """No orphan scan since ``cutoff`` (or no readable record of one)."""
+    try:
+        last = datetime.fromisoformat(store.get_json(layout.sweep_marker(cfg.prefix))
+                                      ["scanned_at"])
+    except (StoreError, KeyError, TypeError, ValueError):
+        return True
+    return last.tzinfo is None or last < cutoff
 
 
 def _named(m: Manifest) -> set[str]:

@@ -139,6 +139,11 @@ def claims_checkpoint_key(prefix: str, batches: int) -> str:
     return f"{claims_checkpoint_prefix(prefix)}{batches:09d}.arrow"
 
 
+def sweep_marker(prefix: str) -> str:
+    """When the sweep last scanned for orphans (``tasks.sweep``)."""
+    return f"{prefix}/sweep/last-scan.json"
+
+
 def staging_prefix(prefix: str, run_id: str | None = None) -> str:
     return f"{prefix}/staging/" if run_id is None else f"{prefix}/staging/{run_id}/"
 
