@@ -17,7 +17,7 @@ from shardline.core.errors import ShardlineError
 from shardline.core.store import ObjectStore
 from shardline.trainer.accel import COMPILE_MODES, OPTIMIZERS
 from shardline.trainer.dist import DistInfo
-from shardline.trainer.options import LR_RULES, RunOptions, with_batch_size
+from shardline.trainer.options import LR_RULES, LoaderSpec, RunOptions, with_batch_size
 from shardline.trainer.run import train
 
 
@@ -40,12 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
                    help="torch.compile mode (auto: reduce-overhead on one CUDA device, "
                         "max-autotune-no-cudagraphs under DDP, eager on the CPU)")
+    p.add_argument("--arena-mb", type=float, default=None,
+                   help="shard arena budget in MB of pixels (0: off; default: automatic, "
+                        "the keep-open budget shared by the ranks, for small images)")
     args = p.parse_args(argv)
     info = DistInfo.from_env()
     logging.basicConfig(level=logging.INFO if info.is_main else logging.WARNING,
                         stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     options = RunOptions(device=args.device, log_every=args.log_every,
-                         optimizer=args.optimizer, compile_mode=args.compile_mode)
+                         optimizer=args.optimizer, compile_mode=args.compile_mode,
+                         loader=LoaderSpec(arena_mb=args.arena_mb))
     try:
         cfg = load_config(args.config)
         if args.batch_size is not None:

@@ -50,6 +50,18 @@ class LoaderSpec:
     keep_open_mb: float = 1024.0       # pixel data of shards kept open across windows
     lookahead_mb: float = 512.0        # shard bytes fetched ahead of the reader
     eval_batch_size: int = 512
+    # the shard arena (trainer.arena): None = automatic (the keep-open budget shared by the
+    # ranks, small batches, several epochs); 0 = off; else a budget in MB of pixels
+    arena_mb: float | None = None
+
+    @property
+    def arena_bytes(self) -> int | None:
+        """``ShardStream``'s ``arena_bytes`` (None: its automatic choice)."""
+        if self.arena_mb is None:
+            return None
+        if self.arena_mb < 0:
+            raise ValueError(f"arena_mb must be >= 0 (0: off), got {self.arena_mb}")
+        return int(self.arena_mb * 2**20)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,8 @@ class _Trainer:
         return ShardStream(self.ctx.plan, self.ctx.reader, batch_size=t.batch_size, epochs=t.epochs,
                            seed=t.seed, rank=self.ctx.info.rank, world=self.ctx.info.world,
                            window_rows=t.shuffle_window, window_min_shards=spec.window_min_shards,
-                           pin_memory=self.ctx.place.cuda, lookahead_bytes=self.lookahead)
+                           pin_memory=self.ctx.place.cuda, lookahead_bytes=self.lookahead,
+                           arena_bytes=spec.arena_bytes)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         model = compiled(model, self.step)

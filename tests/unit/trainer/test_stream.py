@@ -275,3 +275,21 @@ def test_a_window_build_that_fails_part_way_leaves_the_last_window_intact(
     got = list(s)
     assert [b["key"].tolist() for b in got] == [b["key"].tolist() for b in want]
     assert all(torch.equal(a["image"], b["image"]) for a, b in zip(got, want, strict=True))
+
+
+def test_the_arena_budget_is_a_loader_setting(local_digits: LocalDigits) -> None:
+    """``LoaderSpec.arena_mb`` (``--arena-mb``): None leaves the stream's automatic choice,
+    0 turns the arena off, a budget too small for the training set means no arena."""
+    plan = local_digits.plan(since=None)
+    total = sum(s.entry.rows for s in plan.train_shards) * 64          # 8x8x1 digits
+    assert LoaderSpec().arena_bytes is None
+    auto = stream(local_digits, plan, arena_bytes=LoaderSpec().arena_bytes)
+    assert auto.arena is not None                                      # small, 2 epochs
+    assert stream(local_digits, plan, arena_bytes=LoaderSpec(arena_mb=0).arena_bytes
+                  ).arena is None
+    tight = LoaderSpec(arena_mb=(total - 1) / 2**20).arena_bytes
+    assert stream(local_digits, plan, arena_bytes=tight).arena is None
+    roomy = LoaderSpec(arena_mb=total / 2**20 + 1).arena_bytes
+    assert stream(local_digits, plan, arena_bytes=roomy).arena is not None
+    with pytest.raises(ValueError, match="arena_mb"):
+        _ = LoaderSpec(arena_mb=-1).arena_bytes
