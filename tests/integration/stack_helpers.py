@@ -61,6 +61,18 @@ def deployed_stack(home: Path, name: str, epochs: int, debounce_seconds: int | N
         stack.down(home, discard=True)
 
 
+def process_args() -> Iterator[tuple[int, list[str]]]:
+    """(pid, command-line arguments) of every process that can be read now."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        yield int(d.name), args
+
+
 def runs(api: str, flow: str) -> list[dict[str, Any]]:
     """The flow's runs (up to 200), oldest expected start first."""
     body = {"flows": {"name": {"any_": [flow]}}, "sort": "EXPECTED_START_TIME_ASC",

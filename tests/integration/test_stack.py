@@ -22,6 +22,7 @@ from shardline.cli import stack_cmds
 from shardline.core.errors import ShardlineError
 from shardline.infra import procs, stack
 from shardline.infra.stack_state import StackConfig, StackError, load_state, stack_env
+from tests.integration.stack_helpers import process_args
 
 pytestmark = pytest.mark.timeout(300)
 SERVICES = ("s3", "prefect", "spark")
@@ -43,17 +44,8 @@ def config(home: Path, spark_master: str | None = None) -> StackConfig:
 def processes_using(ports: list[int]) -> list[int]:
     """PIDs whose command line names one of ``ports`` (moto -p P, --port P, ...=P)."""
     wanted = {str(p) for p in ports}
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            args = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(a in wanted or a.rsplit("=", 1)[-1] in wanted for a in args):
-            found.append(int(d.name))
-    return found
+    return [pid for pid, args in process_args()
+            if any(a in wanted or a.rsplit("=", 1)[-1] in wanted for a in args)]
 
 
 def gone(pid: int) -> bool:

@@ -19,6 +19,7 @@ from shardline.infra import procs, stack
 from shardline.infra.services import Service
 from shardline.infra.stack_specs import _warm_spark
 from shardline.infra.stack_state import StackConfig, StackState, load_state
+from tests.integration.stack_helpers import process_args
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,17 +34,8 @@ def silent_server() -> Iterator[int]:
 
 def warmup_processes(url: str) -> list[int]:
     """Live processes running the warm-up job against ``url``."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            args = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "shardline.flows.warm_spark" in args and url in args and procs.alive(int(d.name)):
-            found.append(int(d.name))
-    return found
+    return [pid for pid, args in process_args()
+            if "shardline.flows.warm_spark" in args and url in args and procs.alive(pid)]
 
 
 def test_down_stops_a_warmup_job_that_still_runs(tmp_path: Path, silent_server: int) -> None:
