@@ -1,0 +1,96 @@
+"""What a published row holds, as the trainer and a model factory see it.
+
+The contract between the data side (config -> Arrow schema -> loader batches) and the model
+side (a factory that builds an ``nn.Module`` for the dataset, the loss, the metrics and the
+gate). A loader batch is a dict with one tensor per field (``batch[field.name]``), the
+target (``batch[target.name]``) and bookkeeping (``key``: the row's id hash, int64).
+
+Shapes are per sample, as the loader serves them: an image field is ``(C, H, W)`` (the
+loader hands it over channels-first; a model may ask for channels-last memory), a tensor
+field its declared shape, a scalar ``()``.
+
+Today's configs (``[dataset.image]`` + ``classes``) describe one ``image`` field of uint8
+pixels and a ``class`` target in the ``label`` column: :func:`dataset_info` builds that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shardline.core.config_model import DatasetConfig
+
+FieldKind = Literal["image", "tensor", "scalar"]
+TargetKind = Literal["class", "multilabel", "regression", "mask"]
+
+
+@dataclass(frozen=True)
+class FieldStats:
+    """Dataset-level statistics of a numeric field, per channel (axis 0 of the served
+    shape; one entry for a scalar). The trainer normalises with ``mean`` and ``std``."""
+
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    min: tuple[float, ...] = ()
+    max: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One input field: its column name, kind, numpy dtype name and per-sample shape."""
+
+    name: str
+    kind: FieldKind
+    dtype: str
+    shape: tuple[int, ...]
+    stats: FieldStats | None = None
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """The dataset's one target. ``classes`` for class / multilabel / mask targets; ``shape``
+    is ``()`` for a class index or a scalar regression target, ``(K,)`` for multilabel (a
+    0/1 vector over ``classes``) or a vector target, ``(H, W)`` for a mask."""
+
+    name: str
+    kind: TargetKind
+    classes: tuple[str, ...] = ()
+    shape: tuple[int, ...] = ()
+
+    @property
+    def num_outputs(self) -> int:
+        """Width of a model's output layer for this target (one logit per class, or the
+        number of regression values)."""
+        if self.kind in ("class", "multilabel", "mask"):
+            return len(self.classes)
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Everything a model factory is told about the data it will be trained on."""
+
+    fields: tuple[FieldInfo, ...]
+    target: TargetInfo
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def field(self, name: str) -> FieldInfo:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"no field {name!r}; fields: {', '.join(f.name for f in self.fields)}")
+
+    @property
+    def images(self) -> tuple[FieldInfo, ...]:
+        return tuple(f for f in self.fields if f.kind == "image")
+
+
+def dataset_info(cfg: DatasetConfig) -> DatasetInfo:
+    """The fields and target a dataset's configuration declares."""
+    h, w, c = cfg.image.shape
+    image = FieldInfo(name="image", kind="image", dtype="uint8", shape=(c, h, w))
+    target = TargetInfo(name="label", kind="class", classes=tuple(cfg.classes))
+    return DatasetInfo(fields=(image,), target=target)
