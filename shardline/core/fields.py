@@ -11,6 +11,24 @@ field its declared shape, a scalar ``()``.
 
 Today's configs (``[dataset.image]`` + ``classes``) describe one ``image`` field of uint8
 pixels and a ``class`` target in the ``label`` column: :func:`dataset_info` builds that.
+
+Storage (the Arrow columns of a shard; one column per field, named after it):
+- image / tensor: ``pa.fixed_shape_tensor(value_type, shape)`` (images stored H, W, C; the
+  loader serves C, H, W), so a memory-mapped shard reaches numpy/torch without a copy. The
+  legacy shorthand's ``image`` stays ``fixed_size_binary(H*W*C)`` of uint8 HWC pixels, so
+  existing datasets keep their schema fingerprint; readers accept both.
+- scalar: the native Arrow type (int64, float32/64, bool; string, dictionary-encoded when
+  the field declares a vocabulary).
+- target ``class``: int16 index into ``classes`` (the legacy ``label`` column);
+  ``multilabel``: ``fixed_shape_tensor(uint8, [K])`` 0/1 over ``classes``; ``regression``:
+  float32, or ``fixed_shape_tensor(float32, shape)``; ``mask``: ``fixed_shape_tensor(uint8
+  or int16, [H, W])`` of class indices.
+Bookkeeping columns stay: ``id`` (string), ``source_key``, ``source_row``.
+
+Calling a model: the trainer passes the single field's tensor when the dataset has one input
+field, else a dict ``{name: tensor}``; normalisation (``FieldStats``, or ``/ 255`` for uint8
+pixels without statistics) is applied by the trainer's wrapper around the model, so a loaded
+model takes raw fields.
 """
 
 from __future__ import annotations
