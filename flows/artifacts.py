@@ -162,8 +162,9 @@ def _pct(x: float | None) -> str:
 
 def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
                     ) -> list[dict[str, Any]]:
-    """One row per model (``shardline.api.models.model_rows``), latest first; ``promoted``
-    is ``live`` for the one ``promoted.json`` names, ``earlier`` for one promoted before."""
+    """One row per model (``shardline.trainer.registry_view.model_rows``), latest first;
+    ``promoted`` is ``live`` for the one ``promoted.json`` names, ``earlier`` for one
+    promoted before."""
     rows = []
     for m in sorted(models, key=lambda m: -m["model"]):
         state = ("live" if m.get("promoted") else
@@ -240,12 +241,10 @@ def publish_model_view(store: Any, dataset: str, model: str) -> None:
     a flow or task run)."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    from shardline.api.models import model_rows
-    from shardline.trainer.promote import history
-    from shardline.trainer.registry import ModelRegistry
+    from shardline.trainer.registry_view import model_history
 
-    models = model_rows(store, dataset, model)
-    ever = history(ModelRegistry(store, dataset, model).promoted())
+    hist = model_history(store, dataset, model)
+    models, ever = hist["models"], hist["promoted_history"]
     create_table_artifact(model_view_rows(models, ever), key=artifact_key(dataset, "models"),
                           description=f"Every {model} model of {dataset}, latest first; "
                                       "promoted: live / earlier / no")

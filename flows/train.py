@@ -33,13 +33,14 @@ def _run_name() -> str:
 
 @flow(name="train", flow_run_name=_run_name)
 def train(config: str | dict[str, Any], version: int | None = None) -> dict[str, Any]:
-    """Train on dataset ``version`` (default: latest) and leave the run's artifacts."""
+    """Train on dataset ``version`` (default: latest) and leave the run's artifacts. The
+    config is read and validated here, once; the tasks receive the parsed :class:`Config`."""
     cfg = load_flow_config(config)
     store = ObjectStore(store_settings())
     version = resolve_version(store, cfg.dataset.prefix, version).version
     name = label_run("train", cfg.dataset.name, version)
-    result = train_model(config, version)
-    publish_artifacts(result)
+    result = train_model(cfg, store, version)
+    publish_artifacts(result, store)
     get_run_logger().info("%s: model %d (%s): %s", name, result.model_version,
                           "promoted" if result.promoted else "not promoted", result.decision)
     return result.to_dict()

@@ -32,14 +32,13 @@ from prefect.artifacts import (
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.cache_policies import NO_CACHE
 from prefect.concurrency.sync import concurrency
 from prefect.logging.handlers import APILogHandler
 
 from shardline.core.config import Config
 from shardline.core.store import ObjectStore
 from shardline.flows.artifacts import artifact_key, fitted_limits, publish_model_view
-from shardline.flows.config_source import load_flow_config
-from shardline.flows.settings import store_settings
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
 
@@ -184,22 +183,20 @@ def progress_tracker(cfg: Config, version: int) -> EpochProgress:
     return EpochProgress(lambda pct: update_progress_artifact(art, pct), cfg.train.epochs)
 
 
-@task(name="train-model")
-def train_model(config: str | dict[str, Any], version: int | None) -> TrainResult:
-    cfg = load_flow_config(config)
-    store = ObjectStore(store_settings())
+@task(name="train-model", cache_policy=NO_CACHE)
+def train_model(cfg: Config, store: ObjectStore, version: int) -> TrainResult:
+    """One trainer run on ``version`` of the dataset ``cfg`` (parsed once, by the flow)."""
     # One training run per dataset at a time, however it was started (the limit is created
     # by `shardline deploy`; without it, this is a no-op).
     with concurrency(f"train-{cfg.dataset.name}", occupy=1), trainer_logs_to_prefect():
-        progress = progress_tracker(cfg, version) if version is not None else None
+        progress = progress_tracker(cfg, version)
         result = run_training(cfg, store, version, on_batch=progress)
-        if progress is not None:
-            progress.send(100.0)
+        progress.send(100.0)
         return result
 
 
-@task(name="training-artifacts")
-def publish_artifacts(result: TrainResult) -> None:
+@task(name="training-artifacts", cache_policy=NO_CACHE)
+def publish_artifacts(result: TrainResult, store: ObjectStore) -> None:
     create_table_artifact(
         table=run_table(result), key=artifact_key(result.dataset, "training"),
         description=f"{result.dataset} v{result.dataset_version}: model {result.model_version}, "
@@ -207,4 +204,4 @@ def publish_artifacts(result: TrainResult) -> None:
     create_markdown_artifact(
         markdown=curve_markdown(result), key=artifact_key(result.dataset, "training-curve"),
         description=f"loss and accuracy of model {result.model_version}")
-    publish_model_view(ObjectStore(store_settings()), result.dataset, result.model)
+    publish_model_view(store, result.dataset, result.model)

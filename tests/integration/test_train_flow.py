@@ -38,8 +38,19 @@ def latest_artifacts(keys: list[str]) -> dict[str, object]:
 
 
 def test_train_flow_leaves_run_table_and_curve(prefect_server: None, store: ObjectStore,
-                                               stack_env: StoreSettings, tmp_path: Path) -> None:
+                                               stack_env: StoreSettings, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardline.flows import config_source
     from shardline.flows.train import train
+
+    parsed: list[object] = []
+    real_parse = config_source.parse_config
+
+    def counting_parse(*args: object, **kwargs: object) -> object:
+        parsed.append(args[0])
+        return real_parse(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(config_source, "parse_config", counting_parse)
 
     cfg = digits_config(name="digits_flow", epochs=2, cache_dir=str(tmp_path / "cache"))
     publish_version(store, cfg.dataset, np.arange(700))
@@ -48,6 +59,7 @@ def test_train_flow_leaves_run_table_and_curve(prefect_server: None, store: Obje
 
     result = train(config=str(config), version=None)
     assert result["model_version"] == 1 and result["promoted"]
+    assert len(parsed) == 1            # the flow parses the config once; tasks get the Config
     run = _flow_run(result)
     assert run.name.startswith("train-digits_flow-v1-cli-") and "latest" not in run.name
     assert {"shardline", "train", "digits_flow", "trigger:cli"} <= set(run.tags)

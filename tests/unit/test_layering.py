@@ -92,6 +92,12 @@ def test_tasks_import_no_flows_and_infra_imports_no_stage() -> None:
                                            "shardline.trainer", "shardline.cli")) == []
 
 
+def test_flows_read_models_through_the_trainer_registry() -> None:
+    """The model view is built from the trainer's registry reader
+    (``shardline.trainer.registry_view``), not through the notebook API."""
+    assert _violations("shardline.flows", ("shardline.api.models",)) == []
+
+
 def test_stages_import_no_prefect() -> None:
     """Prefect glue (task wrappers, artifacts, credentials blocks) lives in shardline.flows;
     the stages run as plain functions (tests, benchmarks, a Spark executor)."""

@@ -1,0 +1,70 @@
+"""The model registry as rows: every model of a dataset, what it was trained on, how it
+scored, and which one is promoted. Read-only (``models/<dataset>/<model>/``).
+
+One reading for everyone: the flows' model view (``flows/artifacts.py``), the CLI's
+``shardline models`` and the notebook API (``shardline.api.models``) all build their rows
+here, from the registry's own reader.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardline.core.errors import StoreError
+from shardline.core.store import ObjectStore
+from shardline.trainer.promote import history
+from shardline.trainer.registry import ModelRegistry
+
+
+def _acc(metrics: dict[str, Any] | None, key: str) -> float | None:
+    value = (metrics or {}).get(key)
+    return None if value is None else float(value)
+
+
+def model_history(store: ObjectStore, dataset: str, model: str) -> dict[str, Any]:
+    """The registry's history: ``live`` (the model ``promoted.json`` names, or None),
+    ``promoted_history`` (every model number ever promoted, oldest first) and ``models``
+    (:func:`model_rows`: promoted and refused candidates alike)."""
+    promoted = ModelRegistry(store, dataset, model).promoted()
+    return {"live": None if promoted is None else promoted.number,
+            "promoted_history": history(promoted),
+            "models": model_rows(store, dataset, model)}
+
+
+def model_rows(store: ObjectStore, dataset: str, model: str) -> list[dict[str, Any]]:
+    """One row per model number (ascending): dataset version, parent, held-out accuracy
+    (overall, on the run's new data, on earlier data), gate decision and its reason,
+    ``promoted`` (it is the live model) and ``promotion``: ``live``, ``earlier`` (promoted
+    once, since replaced) or ``no`` (a refused candidate).
+
+    A claimed number whose ``meta.json`` is not written yet (a run in progress, or one that
+    died) shows with ``status`` "incomplete"."""
+    registry = ModelRegistry(store, dataset, model)
+    promoted = registry.promoted()
+    ever = set(history(promoted))
+
+    def promotion(n: int) -> str:
+        return "live" if promoted is not None and promoted.number == n else \
+            "earlier" if n in ever else "no"
+
+    out = []
+    for n in registry.numbers():
+        try:
+            meta = registry.meta(n)
+        except StoreError:
+            out.append({"model": n, "status": "incomplete", "promoted": False,
+                        "promotion": promotion(n)})
+            continue
+        after = (meta.get("metrics") or {}).get("after")
+        gate = meta.get("gate") or {}
+        out.append({
+            "model": n, "status": "complete", "dataset_version": meta.get("dataset_version"),
+            "parent": meta.get("parent_model_version"), "created": meta.get("created_at"),
+            "accuracy": _acc(after, "accuracy"), "accuracy_new": _acc(after, "new_accuracy"),
+            "accuracy_earlier": _acc(after, "earlier_accuracy"),
+            "samples_seen": meta.get("samples_seen"),
+            "gate": "passed" if gate.get("passed") else "refused",
+            "promoted": promoted is not None and promoted.number == n,
+            "promotion": promotion(n), "reason": gate.get("reason"),
+        })
+    return out
