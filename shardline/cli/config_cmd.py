@@ -42,9 +42,16 @@ def check(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     if as_json:
         emit_json(config_to_dict(cfg))
         return
-    line(f"{config}: valid (dataset {cfg.dataset.name}, {len(cfg.dataset.classes)} classes, "
-         f"image {list(cfg.dataset.image.shape)}, model {cfg.train.model}, prefix "
-         f"{cfg.dataset.prefix}/)")
+    ds = cfg.dataset
+    if ds.typed:
+        t = ds.target_spec
+        fields = ", ".join(f"{n} {f.kind} {f.resolved_dtype}{list(f.shape) if f.shape else ''}"
+                           for n, f in ds.field_specs)
+        what = f"fields: {fields}; target {t.name} ({t.kind}, {len(ds.classes)} classes)"
+    else:
+        what = f"{len(ds.classes)} classes, image {list(ds.image.shape)}"
+    line(f"{config}: valid (dataset {ds.name}, {what}, model {cfg.train.model}, prefix "
+         f"{ds.prefix}/)")
 
 
 def register(app: typer.Typer) -> None:

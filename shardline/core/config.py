@@ -65,6 +65,11 @@ def parse_config(data: Mapping[str, Any], path: str | None = None,
     if overrides and isinstance(doc.get("train", {}), Mapping):
         doc["train"] = {**doc.get("train", {}), **overrides}
     _one_holdout_fraction(doc, where)
+    ds = doc.get("dataset")
+    if isinstance(ds, Mapping) and "fields" in ds and "image" in ds:
+        raise ConfigError(f"{where}[dataset.image] is the shorthand for one image field; with "
+                          "[dataset.fields] declare the image there instead (kind = \"image\", "
+                          "shape = [H, W, C])")
     try:
         return TypeAdapter(Config).validate_python({**doc, "path": path})
     except ValidationError as exc:
@@ -117,6 +122,13 @@ def config_to_dict(cfg: Any) -> dict[str, Any]:
     """The resolved configuration as plain JSON-able data (stored in manifests and checkpoints)."""
     out = dataclasses.asdict(cfg)
     out.pop("path", None)
+    ds = out.get("dataset", out)
+    if isinstance(ds, dict) and "fields" in ds:
+        # The shorthand's documents stay as they were before typed fields existed.
+        if not ds["fields"]:
+            del ds["fields"]
+        if ds.get("target", 0) is None:
+            del ds["target"]
     return _lists(out)
 
 

@@ -8,6 +8,7 @@ batch_size, epochs, ...``. Section names are the TOML tables (``[dataset.image]`
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -29,11 +30,27 @@ def _field_names(cls: Any) -> list[str]:
 def _section_class(root: Any, section: Sequence[str]) -> Any:
     """The dataclass describing the table at ``section`` (None if it is not one)."""
     cls = root
-    for part in section:
+    parts = list(section)
+    while parts:
+        part = parts.pop(0)
         if not dataclasses.is_dataclass(cls):
             return None
-        cls = typing.get_type_hints(cls).get(part)
+        cls = _table_of(typing.get_type_hints(cls).get(part))
+        if typing.get_origin(cls) is dict:   # a table of named tables ([dataset.fields.x])
+            cls = _table_of(typing.get_args(cls)[1])
+            if parts:
+                parts.pop(0)
     return cls if dataclasses.is_dataclass(cls) else None
+
+
+def _table_of(hint: Any) -> Any:
+    """``X`` for ``X | None`` and annotated forms of a table's class; else ``hint``."""
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return hint
 
 
 def _describe(err: dict[str, Any], root: Any) -> str:
@@ -60,6 +77,9 @@ def _describe(err: dict[str, Any], root: Any) -> str:
         what = str(err.get("ctx", {}).get("error", err["msg"]))
     else:
         what = f"{err['msg'][0].lower()}{err['msg'][1:]}, got {value!r}"
+    if kind in ("value_error", "assertion_error") and keys and \
+            _section_class(root, keys) is not None:   # a whole table's rule: name the table
+        section, key = ".".join(keys), ""
     where = f"[{section or 'config'}]"
     return f"{where} {key}: {what}" if key else f"{where} {what}"
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, Strict, field_validator
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic.json_schema import SkipJsonSchema
+
+from shardline.core.field_spec import RESERVED, FieldSpec, TargetSpec
 
 PARTITION_KEYS = ("batch", "label")
 # The trainer's model names (shardline.trainer.model.MODELS; a test keeps the two equal).
@@ -105,11 +107,17 @@ class DatasetConfig:
 
     name: Str
     incoming: Str
-    classes: tuple[Str, ...] = Field(min_length=1)
+    classes: tuple[Str, ...] = Field(
+        default=(), description="class names (required for class, multilabel and mask "
+        "targets); new classes may only be appended")
     id_column: Str = "id"
     label_column: Str = "label"
     root: Str = "lake"
     image: ImageSpec = dataclasses.field(default_factory=ImageSpec)
+    # Typed fields ([dataset.fields.<name>]) and the target ([dataset.target]); without
+    # them, [dataset.image] + classes is the shorthand for one image field + a class target.
+    fields: dict[Str, FieldSpec] = dataclasses.field(default_factory=dict)
+    target: TargetSpec | None = None
     shards: ShardSpec = dataclasses.field(default_factory=ShardSpec)
     validation: ValidationSpec = dataclasses.field(default_factory=ValidationSpec)
     limits: LimitsSpec = dataclasses.field(default_factory=LimitsSpec)
@@ -143,10 +151,67 @@ class DatasetConfig:
     def _trailing_slash(cls, v: str) -> str:
         return v if v.endswith("/") else v + "/"
 
+    @model_validator(mode="after")
+    def _declaration(self) -> DatasetConfig:
+        problem = declaration_problem(self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @property
+    def typed(self) -> bool:
+        """Whether fields or a target are declared (else the legacy shorthand holds)."""
+        return bool(self.fields) or self.target is not None
+
+    @property
+    def field_specs(self) -> tuple[tuple[str, FieldSpec], ...]:
+        """(name, spec) of every input field, in declaration order; the shorthand's one
+        ``image`` field (uint8, PNG/JPEG, from ``[dataset.image] column``) when none."""
+        if self.fields:
+            return tuple(self.fields.items())
+        return (("image", FieldSpec(kind="image", dtype="uint8", shape=self.image.shape,
+                                    column=self.image.column, formats=("PNG", "JPEG"))),)
+
+    @property
+    def target_spec(self) -> TargetSpec:
+        """The target; the shorthand's ``class`` target in the ``label`` column when none
+        is declared."""
+        return self.target or TargetSpec(kind="class", column=self.label_column)
+
+    def source_column(self, name: str) -> str:
+        """The source column (JSON key, CSV/Parquet column, Zarr array) of field or target
+        ``name``."""
+        t = self.target_spec
+        if name == t.name:
+            return t.column or self.label_column
+        spec = dict(self.field_specs)[name]
+        return spec.column or name
+
     @property
     def prefix(self) -> str:
         """Key prefix of everything shardline writes for this dataset (no trailing slash)."""
         return f"{self.root.strip('/')}/{self.name}"
+
+
+def declaration_problem(cfg: DatasetConfig) -> str | None:
+    """What is wrong across the fields, target and classes of ``cfg``, or None."""
+    t = cfg.target_spec
+    names = [n for n, _ in cfg.field_specs]
+    bad = [n for n in names if n in RESERVED or n == t.name or not n or "/" in n]
+    if bad:
+        return (f"field name(s) {bad} clash with the row's own columns "
+                f"({', '.join((*RESERVED, t.name))}) or are not plain names: rename them")
+    if t.name in RESERVED:
+        return f"target name {t.name!r} is one of the row's own columns: rename it"
+    if t.kind in ("class", "multilabel", "mask") and not cfg.classes:
+        return f"a {t.kind} target needs classes = [...] (at least one)"
+    if t.kind == "class" and len(cfg.classes) > 32767:
+        return f"{len(cfg.classes)} classes do not fit the int16 label column (32767 at most)"
+    if t.kind == "mask" and t.dtype == "uint8" and len(cfg.classes) > 256:
+        return f"a uint8 mask holds 256 classes at most, got {len(cfg.classes)}: dtype int16"
+    if "label" in cfg.shards.partition_by and t.kind != "class":
+        return f"shards.partition_by 'label' needs a class target, not {t.kind}"
+    return None
 
 
 @dataclass(frozen=True, config=_TABLE)

@@ -16,13 +16,17 @@ Storage (the Arrow columns of a shard; one column per field, named after it):
 - image / tensor: ``pa.fixed_shape_tensor(value_type, shape)`` (images stored H, W, C; the
   loader serves C, H, W), so a memory-mapped shard reaches numpy/torch without a copy. The
   legacy shorthand's ``image`` stays ``fixed_size_binary(H*W*C)`` of uint8 HWC pixels, so
-  existing datasets keep their schema fingerprint; readers accept both.
+  existing datasets keep their schema fingerprint; readers accept both. A bool tensor is
+  stored as uint8 0/1 (the field's metadata ``shardline.dtype`` says ``bool``).
 - scalar: the native Arrow type (int64, float32/64, bool; string, dictionary-encoded when
   the field declares a vocabulary).
 - target ``class``: int16 index into ``classes`` (the legacy ``label`` column);
   ``multilabel``: ``fixed_shape_tensor(uint8, [K])`` 0/1 over ``classes``; ``regression``:
   float32, or ``fixed_shape_tensor(float32, shape)``; ``mask``: ``fixed_shape_tensor(uint8
   or int16, [H, W])`` of class indices.
+Declared in TOML as ``[dataset.fields.<name>]`` and ``[dataset.target]``
+(``core.field_spec``); the Arrow types are built by ``core.field_arrow``; the schema's
+metadata ``shardline.fields`` holds the declaration (name, kind, dtype, shape per field).
 Bookkeeping columns stay: ``id`` (string), ``source_key``, ``source_row``.
 
 Calling a model: the trainer passes the single field's tensor when the dataset has one input
@@ -37,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from shardline.core.config_model import DatasetConfig
+from shardline.core.field_spec import target_dtype, target_shape
 
 FieldKind = Literal["image", "tensor", "scalar"]
 TargetKind = Literal["class", "multilabel", "regression", "mask"]
@@ -62,6 +67,7 @@ class FieldInfo:
     dtype: str
     shape: tuple[int, ...]
     stats: FieldStats | None = None
+    vocabulary: tuple[str, ...] = ()   # a string scalar's declared values (else empty)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,8 @@ class TargetInfo:
     kind: TargetKind
     classes: tuple[str, ...] = ()
     shape: tuple[int, ...] = ()
+    dtype: str = "int16"     # numpy dtype of the stored target (int16 class index, uint8
+                             # multilabel 0/1, float32/64 regression, uint8/int16 mask)
 
     @property
     def num_outputs(self) -> int:
@@ -107,8 +115,21 @@ class DatasetInfo:
 
 
 def dataset_info(cfg: DatasetConfig) -> DatasetInfo:
-    """The fields and target a dataset's configuration declares."""
-    h, w, c = cfg.image.shape
-    image = FieldInfo(name="image", kind="image", dtype="uint8", shape=(c, h, w))
-    target = TargetInfo(name="label", kind="class", classes=tuple(cfg.classes))
-    return DatasetInfo(fields=(image,), target=target)
+    """The fields and target a dataset's configuration declares (statistics not filled in:
+    they come from a version's recorded statistics)."""
+    fields = []
+    for name, spec in cfg.field_specs:
+        shape = tuple(spec.shape)
+        if spec.kind == "image":
+            h, w, c = shape
+            shape = (c, h, w)
+        dtype = spec.resolved_dtype
+        vocab = tuple(spec.vocabulary or ())
+        fields.append(FieldInfo(name=name, kind=spec.kind, dtype=dtype, shape=shape,
+                                vocabulary=vocab))
+    t = cfg.target_spec
+    k = len(cfg.classes)
+    target = TargetInfo(name=t.name, kind=t.kind,
+                        classes=tuple(cfg.classes) if t.kind != "regression" else (),
+                        shape=target_shape(t, k), dtype=target_dtype(t, k))
+    return DatasetInfo(fields=tuple(fields), target=target)

@@ -7,6 +7,10 @@ Published rows (one schema per dataset, fixed by its config):
   source_key: string    the object the row came from
   source_row: int64     the row's index within that object
 
+With typed fields (``[dataset.fields]``, ``[dataset.target]``) the columns are ``id``, the
+target, one per field in declared order, ``source_key``, ``source_row`` (types:
+``shardline.core.field_arrow``).
+
 Fixed-size binary keeps pixels in one contiguous buffer per record batch, so a memory-mapped
 shard is handed to numpy/torch without a copy. The shape and classes ride in the schema
 metadata, so a shard is self-describing.
@@ -21,6 +25,14 @@ import json
 import pyarrow as pa
 
 from shardline.core.config import DatasetConfig
+from shardline.core.field_arrow import (
+    META_FIELDS,
+    declaration_json,
+    field_meta,
+    field_type,
+    target_type,
+)
+from shardline.core.field_spec import target_dtype
 from shardline.core.layout import (
     batch_claim_key,
     ids_key,
@@ -78,7 +90,28 @@ QUARANTINE_SCHEMA = pa.schema(
 
 
 def data_schema(cfg: DatasetConfig) -> pa.Schema:
-    """The published-row schema for ``cfg``."""
+    """The published-row schema for ``cfg``: the shorthand's exact legacy schema (its
+    fingerprint unchanged), or one column per declared field (``core.field_arrow``)."""
+    if not cfg.typed:
+        return _legacy_schema(cfg)
+    t = cfg.target_spec
+    k = len(cfg.classes)
+    cols = [pa.field("id", pa.string(), nullable=False),
+            pa.field(t.name, target_type(t, k), nullable=False,
+                     metadata=field_meta(t.kind, target_dtype(t, k)))]
+    for name, spec in cfg.field_specs:
+        cols.append(pa.field(name, field_type(spec), nullable=spec.optional,
+                             metadata=field_meta(spec.kind, spec.resolved_dtype)))
+    cols += [pa.field("source_key", pa.string(), nullable=False),
+             pa.field("source_row", pa.int64(), nullable=False)]
+    return pa.schema(cols, metadata={
+        META_FIELDS: declaration_json(cfg.field_specs, t, k),
+        META_CLASSES: json.dumps(list(cfg.classes)).encode(),
+        META_DATASET: cfg.name.encode(),
+    })
+
+
+def _legacy_schema(cfg: DatasetConfig) -> pa.Schema:
     return pa.schema(
         [
             pa.field("id", pa.string(), nullable=False),
@@ -108,8 +141,9 @@ def describe(schema: pa.Schema) -> list[dict[str, str]]:
 def schema_info(cfg: DatasetConfig) -> SchemaInfo:
     """The typed schema part of a version for ``cfg`` (what the builder records)."""
     schema = data_schema(cfg)
+    shape = list(cfg.image.shape) if not cfg.typed else []
     return SchemaInfo(fingerprint=fingerprint(schema), fields=describe(schema),
-                      shape=list(cfg.image.shape), classes=list(cfg.classes),
+                      shape=shape, classes=list(cfg.classes),
                       ipc_b64=base64.b64encode(schema.serialize().to_pybytes()).decode())
 
 

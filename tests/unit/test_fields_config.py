@@ -1,0 +1,169 @@
+"""Typed fields in a dataset TOML: declaration, errors naming file/table/key, dataset_info
+and the Arrow schema per field (the shorthand's schema and fingerprint unchanged)."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from shardline.core.config import config_schema, config_to_dict, load_config, parse_config
+from shardline.core.errors import ConfigError
+from shardline.core.fields import dataset_info
+from shardline.core.schema import data_schema, fingerprint
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPED = """
+[dataset]
+name = "s2"
+incoming = "incoming/s2/"
+classes = ["water", "forest", "urban"]
+
+[dataset.fields.bands]
+kind = "tensor"
+dtype = "float32"
+shape = [13, 32, 32]
+
+[dataset.fields.rgb]
+kind = "image"
+dtype = "uint16"
+shape = [32, 32, 3]
+
+[dataset.fields.elevation]
+kind = "scalar"
+dtype = "float64"
+optional = true
+min = -500.0
+max = 9000.0
+
+[dataset.fields.biome]
+kind = "scalar"
+dtype = "string"
+vocabulary = ["arid", "temperate"]
+
+[dataset.target]
+kind = "multilabel"
+column = "tags"
+"""
+
+
+def _typed(tmp_path: Path, text: str = TYPED):
+    p = tmp_path / "s2.toml"
+    p.write_text(text)
+    return load_config(p).dataset
+
+
+def test_shorthand_keeps_its_exact_schema():
+    cfg = load_config(ROOT / "examples/digits.toml").dataset
+    assert not cfg.typed
+    schema = data_schema(cfg)
+    assert schema.names == ["id", "label", "image", "source_key", "source_row"]
+    assert schema.field("image").type == pa.binary(64)
+    assert set(schema.metadata) == {b"shardline.shape", b"shardline.classes",
+                                    b"shardline.dataset"}
+    # the shorthand's document has no new keys (manifests and checkpoints unchanged)
+    assert "fields" not in config_to_dict(cfg) and "target" not in config_to_dict(cfg)
+    info = dataset_info(cfg)
+    assert [(f.name, f.kind, f.dtype, f.shape) for f in info.fields] == \
+        [("image", "image", "uint8", (1, 8, 8))]
+    assert (info.target.name, info.target.kind, info.target.num_outputs) == ("label", "class", 10)
+
+
+def test_typed_fields_declare_columns_in_order(tmp_path):
+    cfg = _typed(tmp_path)
+    schema = data_schema(cfg)
+    assert schema.names == ["id", "label", "bands", "rgb", "elevation", "biome", "source_key",
+                            "source_row"]
+    bands = schema.field("bands").type
+    assert isinstance(bands, pa.FixedShapeTensorType)
+    assert (bands.value_type, bands.shape) == (pa.float32(), [13, 32, 32])
+    assert schema.field("rgb").type.value_type == pa.uint16()
+    assert schema.field("elevation").nullable and not schema.field("bands").nullable
+    assert schema.field("biome").type == pa.dictionary(pa.int16(), pa.string())
+    assert schema.field("label").type.shape == [3]
+    decl = json.loads(schema.metadata[b"shardline.fields"])
+    assert decl["target"] == {"name": "label", "kind": "multilabel", "dtype": "uint8",
+                              "shape": [3]}
+    assert cfg.source_column("label") == "tags" and cfg.source_column("bands") == "bands"
+    info = dataset_info(cfg)
+    assert info.field("rgb").shape == (3, 32, 32) and info.field("rgb").dtype == "uint16"
+    assert info.field("bands").shape == (13, 32, 32)
+    assert info.field("biome").vocabulary == ("arid", "temperate")
+    assert info.target.shape == (3,) and info.target.num_outputs == 3
+
+
+def test_a_tensor_column_round_trips_bit_identical(tmp_path):
+    """The storage type holds the declared dtype and shape as is (NaN payloads included)."""
+    cfg = _typed(tmp_path)
+    t = data_schema(cfg).field("bands").type
+    x = np.random.default_rng(0).standard_normal((4, 13, 32, 32)).astype(np.float32)
+    x[0, 0, 0, 0] = np.nan
+    arr = pa.ExtensionArray.from_storage(t, pa.FixedSizeListArray.from_arrays(
+        pa.array(x.reshape(-1)), 13 * 32 * 32))
+    back = arr.to_numpy_ndarray()
+    assert back.tobytes() == x.tobytes() and back.shape == x.shape
+
+
+def test_regression_needs_no_classes_and_changes_the_fingerprint():
+    doc = {"dataset": {"name": "diab", "incoming": "in/",
+                       "fields": {"x": {"kind": "tensor", "dtype": "float64", "shape": [10]}},
+                       "target": {"kind": "regression", "name": "progression"}}}
+    cfg = parse_config(doc).dataset
+    schema = data_schema(cfg)
+    assert schema.field("progression").type == pa.float32()
+    assert dataset_info(cfg).target.classes == ()
+    doc["dataset"]["target"]["dtype"] = "float64"
+    assert fingerprint(data_schema(parse_config(doc).dataset)) != fingerprint(schema)
+
+
+@pytest.mark.parametrize("patch,where,match", [
+    ({"fields": {"b": {"kind": "tensor", "dtype": "float32"}}}, "[dataset.fields.b]",
+     "fixed shape"),
+    ({"fields": {"b": {"kind": "tensor", "dtype": "complex64", "shape": [2]}}},
+     "[dataset.fields.b] dtype", "must be"),
+    ({"fields": {"b": {"kind": "tensor", "dtype": "float32", "shape": [2], "colour": 1}}},
+     "[dataset.fields.b] colour", "known keys: kind, dtype"),
+    ({"fields": {"b": {"kind": "image", "dtype": "float32", "shape": [4, 4, 13]}}},
+     "[dataset.fields.b]", "uint8"),
+    ({"fields": {"b": {"kind": "scalar", "dtype": "int64", "shape": [3]}}},
+     "[dataset.fields.b]", "declare a tensor"),
+    ({"fields": {"b": {"kind": "scalar", "dtype": "int64", "vocabulary": ["x"]}}},
+     "[dataset.fields.b]", "string scalars"),
+    ({"fields": {"source_row": {"kind": "scalar", "dtype": "int64"}}}, "[dataset]", "clash"),
+    ({"target": {"kind": "mask"}}, "[dataset.target]", "[H, W]"),
+    ({"target": {"kind": "regression", "min": 3.0, "max": 1.0}}, "[dataset.target]", "above"),
+    ({"classes": [], "target": {"kind": "multilabel"}}, "[dataset]", "needs classes"),
+    ({"target": {"kind": "regression"}, "shards": {"partition_by": ["batch", "label"]}},
+     "[dataset]", "class target"),
+    ({"fields": {"b": {"kind": "scalar", "dtype": "int64"}}, "image": {"shape": [8, 8, 1]}},
+     "[dataset.image]", "shorthand"),
+])
+def test_bad_declarations_name_file_table_and_key(patch, where, match):
+    doc = {"dataset": {"name": "x", "incoming": "in/", "classes": ["a", "b"], **patch}}
+    with pytest.raises(ConfigError) as e:
+        parse_config(doc, "x.toml")
+    msg = str(e.value)
+    assert msg.startswith("x.toml: ") and where in msg and match in msg, msg
+
+
+def test_any_channel_count_for_a_typed_image():
+    doc = {"dataset": {"name": "x", "incoming": "in/", "classes": ["a"],
+                       "fields": {"ms": {"kind": "image", "shape": [16, 16, 13]}}}}
+    cfg = parse_config(doc).dataset
+    assert data_schema(cfg).field("ms").type.shape == [16, 16, 13]
+    assert dataset_info(cfg).field("ms").shape == (13, 16, 16)
+
+
+def test_config_schema_covers_fields_and_target():
+    text = json.dumps(config_schema())
+    for key in ("FieldSpec", "TargetSpec", "missing_chunks", "sample_axis", "multilabel",
+                "vocabulary"):
+        assert key in text
+
+
+def test_examples_parse():
+    for p in sorted((ROOT / "examples").glob("*.toml")):
+        tomllib.loads(p.read_text())
+        load_config(p)
