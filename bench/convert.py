@@ -34,8 +34,9 @@ if str(ROOT) not in sys.path:
 from bench import convert_spark as cs  # noqa: E402
 from bench.common import bar, interleaved, machine, median, print_table, ratio, write_result  # noqa: E402
 from bench.convert_data import FORMATS, InputSpec, ensure_inputs  # noqa: E402
-from bench.convert_ref import LocalDirStore, pyarrow_convert  # noqa: E402
+from bench.convert_ref import pyarrow_convert  # noqa: E402
 from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings  # noqa: E402
+from shardline.core.folder_store import FolderStore  # noqa: E402
 from shardline.core.store import ObjectStore  # noqa: E402
 from shardline.tasks.batch import Batch, Source  # noqa: E402
 from shardline.tasks.convert.stage import Converted  # noqa: E402
@@ -60,7 +61,7 @@ class Cells:
                  servers: dict[str, cs.SparkServer], scratch: Path, prefix: str = IN) -> None:
         self.spec, self.store, self.servers, self.scratch = spec, store, servers, scratch
         self.cfg = dataset(spec)
-        self.local = LocalDirStore(scratch / "local")
+        self.local = FolderStore(scratch / "local")
         self.keys = {f: [f"{prefix}/{f}/{p.name}" for p in ps] for f, ps in paths.items()}
         self.sizes = {f: [p.stat().st_size for p in ps] for f, ps in paths.items()}
         for f, ps in paths.items():

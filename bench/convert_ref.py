@@ -1,4 +1,4 @@
-"""The single-process reference conversion, and a local-folder stand-in for the object store.
+"""The single-process reference conversion.
 
 ``pyarrow_convert`` is what one would write without shardline or Spark: read each input
 object, parse it (``json.loads`` per line, or ``pq.read_table``), decode every PNG with PIL,
@@ -6,79 +6,23 @@ check the shape, append pixels to one buffer and write an Arrow IPC file (same s
 compression and shard size as shardline's) each time a shard is full. It does not
 partition by label, quarantine bad rows with reasons, deduplicate ids or validate; the
 Spark path does all of that, so the ratio charges shardline for its extra work.
-
-``LocalDirStore`` has the four methods of ``shardline.core.store.ObjectStore`` the conversion
-tasks call, on a local folder, so the same Spark task code can write to local disk.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import json
-import shutil
-from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from shardline.core.config import DatasetConfig, StoreSettings
+from shardline.core.config import DatasetConfig
 from shardline.core.schema import data_schema
-from shardline.core.store_records import ObjectInfo
 from shardline.tasks.convert.shard_writer import encode_ipc
-
-
-class LocalDirStore:
-    """``get_bytes``/``put_bytes``/``put_json``/``head``/``delete``/``bucket`` of ObjectStore
-    over a folder."""
-
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.bucket = f"local:{self.root}"
-        # convert's driver reads the tasks' row files back (head + get) and keeps the settings
-        self.settings = StoreSettings(bucket=self.bucket)
-
-    def uri(self, key: str) -> str:
-        return str(self.root / key)
-
-    def head(self, key: str) -> ObjectInfo | None:
-        path = self.root / key
-        if not path.exists():
-            return None
-        st = path.stat()
-        return ObjectInfo(key, f"{st.st_mtime_ns:x}-{st.st_size:x}", st.st_size,
-                          datetime.fromtimestamp(st.st_mtime, UTC))
-
-    def delete(self, keys: Iterable[str]) -> int:
-        n = 0
-        for key in keys:
-            (self.root / key).unlink(missing_ok=True)
-            n += 1
-        return n
-
-    def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
-        data = (self.root / key).read_bytes()
-        return data if range_ is None else data[range_[0]:range_[1] + 1]
-
-    def put_bytes(self, key: str, data: bytes | bytearray | memoryview, **_: Any) -> str:
-        path = self.root / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        return hashlib.md5(data).hexdigest()
-
-    def put_json(self, key: str, obj: Any, **kw: Any) -> str:
-        return self.put_bytes(key, json.dumps(obj, default=str).encode(), **kw)
-
-    def upload_file(self, key: str, path: str) -> None:
-        dst = self.root / key
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dst)
 
 
 def _records(data: bytes, fmt: str) -> Iterator[tuple[str, int, bytes]]:

@@ -5,8 +5,8 @@
   decodes, checks and writes its shards; the driver collects the row metadata and
   deduplicates).
 - to local disk: the same driver steps and the same task code
-  (``tasks.convert_job.convert_group``), with the task's store swapped for
-  ``LocalDirStore``; this module is pickled by value so the Spark workers need no
+  (``tasks.convert_job.convert_group``), with the task's store swapped for a
+  ``FolderStore``; this module is pickled by value so the Spark workers need no
   ``bench`` package.
 
 JVM start is the Connect server's launch-to-listening time; the first job is a trivial
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from bench.convert_ref import LocalDirStore
 from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
+from shardline.core.folder_store import FolderStore
 from shardline.core.store import ObjectStore
 from shardline.infra import procs, services
 from shardline.tasks.batch import Batch
@@ -59,7 +59,6 @@ def start_servers(masters: list[str], log_dir: Path) -> list[SparkServer]:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cloudpickle.register_pickle_by_value(sys.modules["bench.convert_ref"])
     launches = [services.launch_spark_connect(procs.free_port(), log_dir / m.strip("[]"), m,
                                               work_dir=log_dir / f"work-{m.strip('[]')}",
                                               name=f"spark-{m}")
@@ -98,11 +97,10 @@ def local_partition(job: ConvertJob, root: str, batches: Iterator[pa.RecordBatch
 
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    store = LocalDirStore(root)
+    store = FolderStore(root)
     for rb in batches:
         for task in rb.column(0).to_pylist():
-            yield convert_group(store, job.cfg, job.run_id,  # type: ignore[arg-type]
-                                job.groups[task], task, attempt)
+            yield convert_group(store, job.cfg, job.run_id, job.groups[task], task, attempt)
 
 
 def convert_local(server: SparkServer, cfg: DatasetConfig, root: Path, batch: Batch,
@@ -118,7 +116,7 @@ def convert_local(server: SparkServer, cfg: DatasetConfig, root: Path, batch: Ba
     meta = spark.range(0, n, 1, numPartitions=n).mapInArrow(
         functools.partial(local_partition, job, str(root)), META_DDL).toArrow()
     t2 = time.perf_counter()
-    conv = assemble(LocalDirStore(root), cfg, batch, run_id, None, meta)  # type: ignore[arg-type]
+    conv = assemble(FolderStore(root), cfg, batch, run_id, None, meta)
     conv.timings = {"session_s": t1 - t0, "spark_job_s": t2 - t1,
                     "dedupe_s": time.perf_counter() - t2}
     return conv

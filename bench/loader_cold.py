@@ -94,14 +94,14 @@ def previous_cache() -> Iterator[None]:
     """The cache's receive path before this round of work: botocore's ``readinto``
     (urllib3 reads, then copies; botocore checks the CRC32). Only for a before/after in
     the same rounds."""
-    from shardline.trainer import receive
+    from shardline.core import receive
 
-    saved = receive._direct
-    receive._direct = lambda raw: None
+    saved = receive.direct_response
+    receive.direct_response = lambda raw: None
     try:
         yield
     finally:
-        receive._direct = saved
+        receive.direct_response = saved
 
 
 def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,

@@ -139,7 +139,7 @@ def extend_history(store: ObjectStore, cfg: DatasetConfig, upto: int, rows: int,
 def plan_history(root: Path, batches: int, per_batch: int, classes: int = 10) -> dict[str, int]:
     """A ``batches`` x ``per_batch`` shard history in ``root`` (built once); returns the
     version document sizes."""
-    from bench.scale_store import FolderStore
+    from shardline.core.folder_store import FolderStore
 
     cfg = config("plan", classes)
     prefix, done = cfg.prefix, root / ".done"

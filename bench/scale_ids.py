@@ -4,8 +4,8 @@ Builds ``--batches`` id files of ``--ids`` total ids the way publish writes them
 (``tasks.id_index.encode_ids``) in a local folder, then, in a fresh process, checks a new
 batch of ``--new`` ids (``--overlap`` of them already published) through
 ``ledger.published_in`` and reports its time and the process's peak RSS and Arrow pool
-peak. The folder stands in for the bucket (ranged reads of local files), so the numbers are
-the driver's own work and memory, not S3 latency.
+peak. The folder stands in for the bucket (``FolderStore``: ranged reads of local files),
+so the numbers are the driver's own work and memory, not S3 latency.
 
     python -m bench.scale_ids --ids 10000000 --batches 100 --dir /tmp/ids10m
 """
@@ -13,7 +13,6 @@ the driver's own work and memory, not S3 latency.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import resource
@@ -25,29 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from shardline.core.store import ObjectInfo
-
-
-class FolderStore:
-    """The two reads the id index makes, over files in a folder."""
-
-    def __init__(self, root: str):
-        self.root = Path(root)
-
-    def uri(self, key: str) -> str:
-        return str(self.root / key)
-
-    def head(self, key: str) -> ObjectInfo | None:
-        p = self.root / key
-        return ObjectInfo(key, "", p.stat().st_size, dt.datetime.now(dt.UTC)) \
-            if p.exists() else None
-
-    def get_bytes(self, key: str, range_: tuple[int, int] | None = None) -> bytes:
-        with open(self.root / key, "rb") as f:
-            if range_ is None:
-                return f.read()
-            f.seek(range_[0])
-            return f.read(range_[1] - range_[0] + 1)
+from shardline.core.folder_store import FolderStore
 
 
 def _id(b: int, i: np.ndarray) -> list[str]:
@@ -79,7 +56,7 @@ def check(root: str, batches: int, per: int, new: int, overlap: float) -> dict[s
                           ids_path=f"ids/batch={b:05d}.arrow", sources=1) for b in range(batches)]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    mask = published_in(FolderStore(root), entries, arr)  # type: ignore[arg-type]
+    mask = published_in(FolderStore(root), entries, arr)
     took = time.perf_counter() - t0
     assert int(mask.sum()) == dup, (int(mask.sum()), dup)
     return {"seconds": took, "found": int(mask.sum()),

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.scale_store import Counts, FolderStore, counting
+from bench.scale_store import Counts, counting, counting_folder
 from shardline.core.config import StoreSettings, parse_config
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore
@@ -179,7 +179,7 @@ def plan(c: Ctx) -> Run:
     """The trainer's plan for the latest version, the parent model trained on the one
     before: the document, every batch list (replay samples all of history), trust check."""
     if c.p.get("folder"):                       # the synthetic 100k-shard history
-        folder = FolderStore(c.p["folder"])
+        folder = counting_folder(c.p["folder"])
         c.counts = folder.counts
 
         def open_() -> Any:
@@ -261,7 +261,7 @@ def ids(c: Ctx) -> Run:
     from shardline.core.parts import BatchEntry
     from shardline.tasks.ledger import published_in
 
-    folder = FolderStore(c.p["folder"])
+    folder = counting_folder(c.p["folder"])
     c.counts = folder.counts
     files, per, new, dup = c.p["files"], c.p["per_file"], c.p["new"], c.p["duplicates"]
     rng = np.random.default_rng(0)
@@ -275,7 +275,7 @@ def ids(c: Ctx) -> Run:
                for b in range(files)]
 
     def go() -> dict[str, Any]:
-        mask = published_in(folder, entries, arr)  # type: ignore[arg-type]
+        mask = published_in(folder, entries, arr)
         found = int(mask.sum())
         assert found == len(set(old)), (found, len(set(old)))
         return {"published_ids": files * per, "new_ids": new, "found": found,

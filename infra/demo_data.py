@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.resources import require_extra
 
 CLASSES = [str(i) for i in range(10)]
@@ -75,7 +75,7 @@ def parquet_bytes(items: Iterable[Digit]) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def upload_image_folder(store: ObjectStore, prefix: str, items: Iterable[Digit]) -> int:
+def upload_image_folder(store: Store, prefix: str, items: Iterable[Digit]) -> int:
     """``<prefix>/<class name>/<id>.png`` per image; returns the count."""
     n = 0
     for d in items:
@@ -85,15 +85,15 @@ def upload_image_folder(store: ObjectStore, prefix: str, items: Iterable[Digit])
     return n
 
 
-def upload_zarr(store: ObjectStore, key: str, items: Iterable[Digit], with_ids: bool = True,
+def upload_zarr(store: Store, key: str, items: Iterable[Digit], with_ids: bool = True,
                 chunk_rows: int = 256) -> int:
     """A Zarr v3 group at ``key`` (ending in .zarr) with images (N,8,8,1), labels, ids."""
     import zarr
     from zarr.storage import FsspecStore
 
     items = list(items)
-    zstore = FsspecStore.from_url(f"s3://{store.bucket}/{key.rstrip('/')}",
-                                  storage_options=store.s3fs_options())
+    url, options = store.fsspec_url(key.rstrip("/"))
+    zstore = FsspecStore.from_url(url, storage_options=options)
     group = zarr.open_group(store=zstore, mode="w")
     images = np.stack([d.pixels for d in items])[..., None]
     group.create_array("images", data=images, chunks=(chunk_rows, 8, 8, 1))
@@ -129,7 +129,7 @@ def bad_jsonl_lines() -> list[tuple[str, str | None]]:
     ]
 
 
-def upload_demo_part(store: ObjectStore, incoming: str, part: int) -> dict[str, int]:
+def upload_demo_part(store: Store, incoming: str, part: int) -> dict[str, int]:
     """The demo's uploads. Part 1: a JSONL export of 1,000 digits plus a few broken lines
     (so quarantine has something to show). Part 2: a Zarr group of 500 digits and an
     ImageFolder of the remaining 297 PNGs, one of which repeats a part-1 id."""

@@ -40,7 +40,7 @@ from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ShardEntry
 from shardline.core.replace import Rewrite, build_compaction
 from shardline.core.schema import data_schema
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.compact_plan import CompactionPlan, Group, MiB, plan
 from shardline.tasks.compact_rewrite import output_key, rewrite_bin
 
@@ -119,7 +119,7 @@ class _Budget:
 class _Outputs:
     """Output shards written by this run, by group identity (kept across retries)."""
 
-    def __init__(self, store: ObjectStore, cfg: DatasetConfig, run: str, target_bytes: int):
+    def __init__(self, store: Store, cfg: DatasetConfig, run: str, target_bytes: int):
         self.store, self.cfg, self.run, self.target_bytes = store, cfg, run, target_bytes
         self.done: dict[tuple[str, tuple[str, ...]], list[ShardEntry]] = {}
         self.parts: dict[str, int] = {}
@@ -175,7 +175,7 @@ def _rewrites(p: CompactionPlan, outs: _Outputs, schema: pa.Schema) -> dict[str,
     return by_batch
 
 
-def compact(store: ObjectStore, cfg: DatasetConfig, *, min_mb: float | None = None,
+def compact(store: Store, cfg: DatasetConfig, *, min_mb: float | None = None,
             target_mb: float | None = None, dry_run: bool = False, max_attempts: int = 20,
             run_id: str | None = None) -> CompactResult:
     """Compact the latest version of ``cfg``'s dataset (see the module docstring).

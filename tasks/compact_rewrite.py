@@ -22,7 +22,7 @@ import pyarrow.ipc as ipc
 from shardline.core import layout
 from shardline.core.errors import StoreError
 from shardline.core.parts import ShardEntry, content_digests
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.compact_plan import GROUP_FIELDS
 from shardline.tasks.convert.shard_writer import encode_ipc, label_counts
 
@@ -33,7 +33,7 @@ class CompactionMismatch(StoreError):
     """A rewritten shard does not hold exactly the rows of the shards it replaces."""
 
 
-def read_shard(store: ObjectStore, s: ShardEntry) -> pa.Table:
+def read_shard(store: Store, s: ShardEntry) -> pa.Table:
     """Shard ``s`` as a table, after checking its bytes against the manifest's digests."""
     data = store.get_bytes(s.path)
     sha, xxh = content_digests(data)
@@ -64,7 +64,7 @@ def _sort_indices(t: pa.Table) -> pa.Array:
     return pc.sort_indices(t, sort_keys=_ORDER)
 
 
-def rewrite_bin(store: ObjectStore, prefix: str, inputs: list[ShardEntry], *, key: str,
+def rewrite_bin(store: Store, prefix: str, inputs: list[ShardEntry], *, key: str,
                 schema: pa.Schema, compression: str, record_batch_rows: int) -> ShardEntry:
     """Write ``inputs`` as one shard at ``key`` and return its manifest entry."""
     with ThreadPoolExecutor(max_workers=min(16, len(inputs))) as pool:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 
 from shardline.core.config import DatasetConfig
-from shardline.core.store import ObjectInfo, ObjectStore
+from shardline.core.store import ObjectInfo, Store
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
 from shardline.tasks.ledger import claimed_as_of
@@ -60,7 +60,7 @@ def new_sources(sources: Iterable[Source], claimed: set[tuple[str, str]],
     return Batch(batch_id(fresh), fresh) if fresh else None
 
 
-def detect(store: ObjectStore, cfg: DatasetConfig) -> Batch | None:
+def detect(store: Store, cfg: DatasetConfig) -> Batch | None:
     """List ``cfg.incoming`` and return the batch of new sources, or ``None``."""
     sources = group_sources(store.list(cfg.incoming))
     strikes = Strikes.read(store, cfg)

@@ -29,7 +29,7 @@ import xxhash
 
 from shardline.core.errors import StoreError
 from shardline.core.ranged import RangedObject
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 ID_BUCKETS = 64                 # fixed: every id file of every dataset uses the same rule
 # An id file up to this size is read in one GET (per worker in memory at once: 4 x 32 MB);
@@ -73,7 +73,7 @@ MISSING_IDS = ("the id index of a published batch is missing; the duplicate chec
                "exact without it. Restore it from a backup")
 
 
-def open_reader(store: ObjectStore, key: str, whole: bool | None = None,
+def open_reader(store: Store, key: str, whole: bool | None = None,
                 missing: str = MISSING_IDS) -> ipc.RecordBatchFileReader:
     """A reader of one bucketed file: the whole file in one GET when it is small (one request
     per published batch), else ranged GETs of the footer and of the buckets asked for.
@@ -87,7 +87,7 @@ def open_reader(store: ObjectStore, key: str, whole: bool | None = None,
     return ipc.open_file(pa.PythonFile(RangedObject(store, key, info.size, info.etag), mode="r"))
 
 
-def published_mask(store: ObjectStore, ids_paths: Iterable[str], ids: pa.Array,
+def published_mask(store: Store, ids_paths: Iterable[str], ids: pa.Array,
                    workers: int = 4, whole: bool | None = None,
                    buckets: np.ndarray | None = None) -> np.ndarray:
     """For each of ``ids``, whether any published id file in ``ids_paths`` holds it.

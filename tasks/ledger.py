@@ -33,7 +33,7 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists
 from shardline.core.manifest import BatchEntry, latest_manifest, read_manifest
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks import id_index
 from shardline.tasks.batch import Batch
 
@@ -47,12 +47,12 @@ _CLAIMS_SCHEMA = pa.schema([("batch", pa.string()), ("key", pa.string()),
                             ("etag", pa.string())])
 
 
-def claimed_sources(store: ObjectStore, cfg: DatasetConfig) -> set[tuple[str, str]]:
+def claimed_sources(store: Store, cfg: DatasetConfig) -> set[tuple[str, str]]:
     """(key, ETag) of every source that entered a published version."""
     return claimed_as_of(store, cfg)[0]
 
 
-def claimed_as_of(store: ObjectStore, cfg: DatasetConfig) -> tuple[set[tuple[str, str]], int]:
+def claimed_as_of(store: Store, cfg: DatasetConfig) -> tuple[set[tuple[str, str]], int]:
     """``claimed_sources`` and the latest version it covers (0: no version): every source
     of that version and of the versions before it is in the set."""
     docs_prefix = layout.batches_prefix(cfg.prefix)
@@ -84,7 +84,7 @@ def claimed_as_of(store: ObjectStore, cfg: DatasetConfig) -> tuple[set[tuple[str
     return claimed, latest.version if latest is not None else 0
 
 
-def _read_checkpoint(store: ObjectStore, key: str) -> dict[str, list[tuple[str, str]]]:
+def _read_checkpoint(store: Store, key: str) -> dict[str, list[tuple[str, str]]]:
     with ipc.open_file(pa.BufferReader(store.get_bytes(key))) as f:
         t = f.read_all()
     out: dict[str, list[tuple[str, str]]] = {}
@@ -94,7 +94,7 @@ def _read_checkpoint(store: ObjectStore, key: str) -> dict[str, list[tuple[str, 
     return out
 
 
-def _write_checkpoint(store: ObjectStore, cfg: DatasetConfig,
+def _write_checkpoint(store: Store, cfg: DatasetConfig,
                       claims: dict[str, list[tuple[str, str]]], older: list[str]) -> None:
     rows: dict[str, list[Any]] = {"batch": [], "key": [], "etag": []}
     for b in sorted(claims):
@@ -112,7 +112,7 @@ def _write_checkpoint(store: ObjectStore, cfg: DatasetConfig,
     store.delete([k for k in older if k < key][:-(KEEP_CHECKPOINTS - 1) or None])
 
 
-def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: int) -> None:
+def write_claim(store: Store, cfg: DatasetConfig, batch: Batch, version: int) -> None:
     """Record in the ledger that ``batch`` entered ``version`` (idempotent)."""
     doc = {
         "batch": batch.id, "version": version,
@@ -130,14 +130,14 @@ def write_claim(store: ObjectStore, cfg: DatasetConfig, batch: Batch, version: i
 IDS_SCHEMA = id_index.IDS_SCHEMA
 
 
-def published_in(store: ObjectStore, batches: Iterable[BatchEntry], ids: pa.Array
+def published_in(store: Store, batches: Iterable[BatchEntry], ids: pa.Array
                  ) -> np.ndarray:
     """For each of ``ids``, whether a published batch of ``batches`` holds it. Streams the
     id files bucket by bucket: the driver never holds the published ids."""
     return id_index.published_mask(store, [b.ids_path for b in batches], ids)
 
 
-def load_published_ids(store: ObjectStore, batches: Iterable[BatchEntry]) -> pa.Array:
+def load_published_ids(store: Store, batches: Iterable[BatchEntry]) -> pa.Array:
     """Every id the published ``batches`` hold, in memory: only for a few batches (the ones
     published during a run, see ``tasks.publish``); the duplicate check over the whole
     history uses ``published_in``."""
@@ -149,7 +149,7 @@ def load_published_ids(store: ObjectStore, batches: Iterable[BatchEntry]) -> pa.
         pa.array([], pa.string())
 
 
-def write_ids(store: ObjectStore, key: str, ids: pa.Array) -> None:
+def write_ids(store: Store, key: str, ids: pa.Array) -> None:
     """Write a batch's id index file: uncompressed Arrow IPC, one ``id`` column, record
     batch ``k`` holding the ids of hash bucket ``k``."""
     store.put_bytes(key, id_index.encode_ids(ids))

@@ -28,7 +28,7 @@ from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary
 from shardline.core.schema import schema_info
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
 from shardline.tasks.ledger import load_published_ids, write_claim
@@ -49,7 +49,7 @@ class Published:
     bytes: int
 
 
-def _entries(store: ObjectStore, cfg: DatasetConfig, conv: Converted
+def _entries(store: Store, cfg: DatasetConfig, conv: Converted
              ) -> tuple[list[tuple[str, ShardEntry]], list[tuple[str, ShardEntry]]]:
     """(staged key, final entry) pairs for data and quarantine shards."""
     bid, run = conv.batch.id, conv.run_id
@@ -75,12 +75,12 @@ def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str
                       label_counts=dict(s.label_counts), split=s.split)
 
 
-def _copy_all(store: ObjectStore, pairs: list[tuple[str, str]]) -> None:
+def _copy_all(store: Store, pairs: list[tuple[str, str]]) -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda p: store.copy(p[0], p[1]), pairs))
 
 
-def _check_rebase(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
+def _check_rebase(store: Store, cfg: DatasetConfig, conv: Converted,
                   latest: Manifest | None) -> None:
     """Ids were de-duplicated against ``conv.base_version``; batches published since then
     must share neither ids nor sources with this one (a source whose rows were all
@@ -130,7 +130,7 @@ def _fraction(cfg: DatasetConfig, batch: NewBatch) -> float | None:
     return cfg.holdout_fraction if any(s.split for s in batch.shards) else None
 
 
-def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
+def publish(store: Store, cfg: DatasetConfig, conv: Converted,
             report: ValidationReport, max_attempts: int = 50) -> Published:
     """Make ``conv`` a new version (or find the version that already holds its batch)."""
     if not report.success:
@@ -182,7 +182,7 @@ def publish(store: ObjectStore, cfg: DatasetConfig, conv: Converted,
                           "for a version number; re-run ingest")
 
 
-def _result(store: ObjectStore, cfg: DatasetConfig, m: Manifest, created: bool) -> Published:
+def _result(store: Store, cfg: DatasetConfig, m: Manifest, created: bool) -> Published:
     new = m.new()
     return Published(version=m.version,
                      manifest=store.uri(layout.version_key(cfg.prefix, m.version)),
@@ -191,6 +191,6 @@ def _result(store: ObjectStore, cfg: DatasetConfig, m: Manifest, created: bool) 
                      rows_quarantined=m.quarantine.rows, bytes=sum(s.bytes for s in new))
 
 
-def _drop_staging(store: ObjectStore, cfg: DatasetConfig, run_id: str) -> None:
+def _drop_staging(store: Store, cfg: DatasetConfig, run_id: str) -> None:
     stage = layout.staging_prefix(cfg.prefix, run_id)
     store.delete(o.key for o in store.list(stage))

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 import pyarrow.compute as pc
 
 from shardline.core.config import DatasetConfig
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Batch, Source
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def strikes_prefix(prefix: str) -> str:
     return f"{prefix}/setaside/strikes/"
 
 
-def _record(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str, stage: str,
+def _record(store: Store, cfg: DatasetConfig, batch: Batch, run_id: str, stage: str,
             reason: str, suspects: Iterable[Source], final: bool = False) -> None:
     listed = [{"key": s.key, "etag": s.etag, "size": s.size} for s in suspects]
     doc = {"run": run_id, "batch": batch.id, "stage": stage, "reason": reason[:2000],
@@ -74,14 +74,14 @@ def _record(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str, s
                 batch.id, stage, run_id, reason[:200], len(listed))
 
 
-def record_conversion_failure(store: ObjectStore, cfg: DatasetConfig, batch: Batch,
+def record_conversion_failure(store: Store, cfg: DatasetConfig, batch: Batch,
                               run_id: str, exc: BaseException) -> None:
     """A strike against every source of ``batch`` (call for non-transient failures only)."""
     _record(store, cfg, batch, run_id, "convert", f"{type(exc).__name__}: {exc}",
             batch.sources)
 
 
-def record_validation_failure(store: ObjectStore, cfg: DatasetConfig, batch: Batch,
+def record_validation_failure(store: Store, cfg: DatasetConfig, batch: Batch,
                               run_id: str, rows: object, reason: str) -> None:
     """A strike against the sources that made validation fail. ``rows`` is the converted
     batch's row table (``source_key``, ``status``, ``rule``), or an iterable of such tables
@@ -138,7 +138,7 @@ class Strikes:
     docs: list[Strike] = field(default_factory=list)
 
     @classmethod
-    def read(cls, store: ObjectStore, cfg: DatasetConfig) -> Strikes:
+    def read(cls, store: Store, cfg: DatasetConfig) -> Strikes:
         docs = []
         for o in store.list(strikes_prefix(cfg.prefix)):
             if not o.key.endswith(".json"):
@@ -207,6 +207,6 @@ def next_sources(fresh: Sequence[Source], strikes: Strikes) -> tuple[Source, ...
     return tuple(group)
 
 
-def set_aside(store: ObjectStore, cfg: DatasetConfig) -> dict[SourceId, str]:
+def set_aside(store: Store, cfg: DatasetConfig) -> dict[SourceId, str]:
     """(key, ETag) -> reason, for every source set aside."""
     return Strikes.read(store, cfg).aside()

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 LISTING_RESOLUTION_S = 1.0
 
@@ -32,14 +32,14 @@ class Settled:
     gave_up: bool = False
 
 
-def newest_age(store: ObjectStore, prefix: str, now: float) -> float | None:
+def newest_age(store: Store, prefix: str, now: float) -> float | None:
     """Seconds since the newest object under ``prefix`` was written, at the latest it can
     have been (None when there is none)."""
     newest = max((o.last_modified.timestamp() for o in store.list(prefix)), default=None)
     return None if newest is None else now - (newest + LISTING_RESOLUTION_S)
 
 
-def wait_until_quiet(store: ObjectStore, prefix: str, quiet_s: float,
+def wait_until_quiet(store: Store, prefix: str, quiet_s: float,
                      max_wait_s: float = 60.0, poll_s: float = 0.25,
                      clock: Callable[[], float] = time.time,
                      sleep: Callable[[float], None] = time.sleep) -> Settled:

@@ -33,7 +33,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.replace import is_compaction
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SweepResult:
     scanned: bool = True          # the orphan scan ran (``full=False`` skips a recent one)
 
 
-def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None,
+def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
           now: datetime | None = None, full: bool = True) -> SweepResult:
     """Sweep stale staging runs, then (``full``, or when the last scan is
     ``sweep_after_minutes`` old) the orphans."""
@@ -86,7 +86,7 @@ def sweep(store: ObjectStore, cfg: DatasetConfig, *, keep_run: str | None = None
     return SweepResult(stale_runs, len(stale_keys), len(orphans))
 
 
-def _scan_due(store: ObjectStore, cfg: DatasetConfig, cutoff: datetime) -> bool:
+def _scan_due(store: Store, cfg: DatasetConfig, cutoff: datetime) -> bool:
     """No orphan scan since ``cutoff`` (or no readable record of one)."""
     try:
         last = datetime.fromisoformat(store.get_json(layout.sweep_marker(cfg.prefix))
@@ -106,7 +106,7 @@ def _named(m: Manifest) -> set[str]:
     return live
 
 
-def _replaced_recently(store: ObjectStore, cfg: DatasetConfig, cutoff: datetime) -> set[str]:
+def _replaced_recently(store: Store, cfg: DatasetConfig, cutoff: datetime) -> set[str]:
     """What the parents of compactions committed after ``cutoff`` named (their replaced
     objects are still in their grace period)."""
     recent = [v for v in (layout.version_of_key(o.key) for o in

@@ -30,7 +30,7 @@ import pyarrow as pa
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ValidationFailed
 from shardline.core.schema import report_key
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA
 from shardline.tasks.convert.stage import Converted
 
@@ -89,7 +89,7 @@ def _detail_of(r: dict[str, Any]) -> str:
     return ""
 
 
-def run_suites(cfg: DatasetConfig, conv: Converted, store: ObjectStore | None = None,
+def run_suites(cfg: DatasetConfig, conv: Converted, store: Store | None = None,
                max_rows: int | None = None) -> tuple[bool, list[dict[str, Any]]]:
     """Run both suites in an ephemeral GX context, one id-bucket range of the row files
     (~``max_rows`` rows) at a time, and merge the chunks' results (``merge``): the driver
@@ -122,7 +122,7 @@ def run_suites(cfg: DatasetConfig, conv: Converted, store: ObjectStore | None = 
     return all(r["success"] for r in results), results
 
 
-def _chunks(conv: Converted, store: ObjectStore | None, max_rows: int | None, columns: list[str]
+def _chunks(conv: Converted, store: Store | None, max_rows: int | None, columns: list[str]
             ) -> Iterator[pa.Table]:
     """The columns a suite needs: every row's status (the batch suite), or the id and label
     of each row to publish; in chunks, or one empty table if none (the row-count
@@ -176,7 +176,7 @@ def merge(chunks: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
-def validate(store: ObjectStore, cfg: DatasetConfig, conv: Converted) -> ValidationReport:
+def validate(store: Store, cfg: DatasetConfig, conv: Converted) -> ValidationReport:
     """Run the suites, store the JSON report, return it. Does not raise on failure:
     :func:`require_success` is the gate."""
     success, results = run_suites(cfg, conv, store)

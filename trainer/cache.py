@@ -12,9 +12,10 @@ one, else its sha256 (~1.8 GB/s: on a small machine it cost more CPU than receiv
 bytes). Transfer errors are also caught by S3's own CRC, which botocore checks on every
 GET that returns one; the digest here ties the bytes to the manifest and catches a
 corrupted or truncated cache file. Each fetch thread receives into one reused buffer
-(``trainer.receive``: straight from the socket where the response allows), hashes and
-writes from it. (Reserving the file's blocks up front with ``posix_fallocate`` was
-measured and dropped: a cold first epoch of 753 MB went from 1.17x to 0.37x a raw GET.)
+(``Store.read_into``; the S3 store's goes straight from the socket where the response
+allows: ``shardline.core.receive``), hashes and writes from it. (Reserving the file's
+blocks up front with ``posix_fallocate`` was measured and dropped: a cold first epoch of
+753 MB went from 1.17x to 0.37x a raw GET.)
 
 The size bound is enforced by least-recently-used eviction after each download (files are
 touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:
@@ -35,12 +36,10 @@ from pathlib import Path
 from typing import Any
 
 import xxhash
-from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.core.errors import StoreError
 from shardline.core.manifest import ShardEntry
-from shardline.core.store import ObjectStore
-from shardline.trainer.receive import Body
+from shardline.core.store import Store
 from shardline.trainer.trust import UntrustedInput, check_digest
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ class CacheStats:
     refetched_corrupt: int = 0
     evicted: int = 0
     bytes_fetched: int = 0
-    received_direct: int = 0       # fetches received by http.client's readinto (receive.py)
+    received_direct: int = 0       # fetches received by http.client's readinto (core/receive.py)
     fetch_seconds: float = 0.0
 
 
@@ -84,7 +83,7 @@ def file_digest(path: Path, algorithm: str) -> str:
 class ShardCache:
     """Whole-shard files under ``root``, at most ``max_bytes`` in total (LRU)."""
 
-    def __init__(self, root: str | os.PathLike[str], max_bytes: int, store: ObjectStore) -> None:
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int, store: Store) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
@@ -102,7 +101,7 @@ class ShardCache:
         Raises:
             UntrustedInput: the entry's sha256 (or xxh3_128) is not lowercase hex of its
                 length."""
-        where = f"manifest entry for s3://{self.store.bucket}/{entry.path}"
+        where = f"manifest entry for {self.store.uri(entry.path)}"
         check_digest(entry.sha256, "sha256", where)
         if entry.xxh3_128 is not None:
             check_digest(entry.xxh3_128, "xxh3_128", where)
@@ -137,8 +136,8 @@ class ShardCache:
         ):
             self._verified[entry.sha256] = (st.st_size, self._touch(path))
             return True
-        log.warning("cached shard %s (for s3://%s/%s) is corrupt or partial "
-                    "(size %d, expected %d): refetching", path, self.store.bucket, entry.path,
+        log.warning("cached shard %s (for %s) is corrupt or partial "
+                    "(size %d, expected %d): refetching", path, self.store.uri(entry.path),
                     st.st_size, entry.bytes)
         self.stats.refetched_corrupt += 1
         self._unlink(path)
@@ -164,12 +163,12 @@ class ShardCache:
                     break
             finally:
                 tmp.unlink(missing_ok=True)
-            log.warning("s3://%s/%s: downloaded %d bytes with %s %s, manifest says %d "
-                        "bytes / %s (attempt %d)", self.store.bucket, entry.path, size,
+            log.warning("%s: downloaded %d bytes with %s %s, manifest says %d "
+                        "bytes / %s (attempt %d)", self.store.uri(entry.path), size,
                         algorithm, digest, entry.bytes, expected, attempt)
         else:
             raise StoreError(
-                f"s3://{self.store.bucket}/{entry.path} does not match its manifest entry "
+                f"{self.store.uri(entry.path)} does not match its manifest entry "
                 f"({algorithm} {digest}, {size} bytes; expected {expected}, {entry.bytes} "
                 "bytes): the published shard was modified; re-publish the dataset version"
             )
@@ -182,33 +181,19 @@ class ShardCache:
 
     def _download(self, key: str, tmp: Path, algorithm: str) -> tuple[str, int]:
         """Receive ``key`` into ``tmp``, hashing as it arrives."""
-        where = f"s3://{self.store.bucket}/{key}"
         h = _hasher(algorithm)
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = memoryview(bytearray(_CHUNK))
-        size = 0
-        try:
-            body = Body(self.store.client.get_object(Bucket=self.store.bucket,
-                                                     Key=key)["Body"], where)
-            if body.direct:
-                with self._lock:
-                    self.stats.received_direct += 1
-            complete = False
-            try:
-                with open(tmp, "wb") as f:
-                    # until readinto returns 0: only then does botocore check length and CRC
-                    while n := body.readinto(buf):
-                        view = buf[:n]
-                        h.update(view)
-                        f.write(view)
-                        size += n
-                complete = True
-            finally:
-                body.finish(complete)
-        except (ClientError, BotoCoreError) as exc:
-            raise StoreError(f"fetch {where} into the shard cache failed: {exc}") from exc
-        return str(h.hexdigest()), size
+        with open(tmp, "wb") as f:
+            def sink(view: memoryview) -> None:
+                h.update(view)
+                f.write(view)
+            got = self.store.read_into(key, buf, sink)
+        if got.direct:
+            with self._lock:
+                self.stats.received_direct += 1
+        return str(h.hexdigest()), got.size
 
     @staticmethod
     def _touch(path: Path) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from shardline.core import layout
 from shardline.core.config import Config, config_to_dict
 from shardline.core.manifest import Manifest, resolve_version
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.device import Placement
 from shardline.trainer.dist import DistInfo
@@ -37,7 +37,7 @@ _OPERATIONAL = ("cache_dir", "cache_max_gb", "fetch_threads")
 @dataclass(frozen=True)
 class RunContext:
     cfg: Config
-    store: ObjectStore
+    store: Store
     options: RunOptions
     info: DistInfo
     place: Placement
@@ -55,7 +55,7 @@ class RunContext:
         return self.manifest.version
 
 
-def open_context(cfg: Config, store: ObjectStore, dataset_version: int | None,
+def open_context(cfg: Config, store: Store, dataset_version: int | None,
                  options: RunOptions, info: DistInfo, place: Placement) -> RunContext:
     """Resolve, plan and open everything a run needs; close ``ctx.fetcher`` when done.
 

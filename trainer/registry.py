@@ -27,7 +27,7 @@ from typing import Any
 
 from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
 from shardline.core.manifest import now_iso
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.trainer.checkpoint import (
     CheckpointError,
     bytes_to_tensors,
@@ -49,7 +49,7 @@ class Promoted:
 
 
 class ModelRegistry:
-    def __init__(self, store: ObjectStore, dataset: str, model: str) -> None:
+    def __init__(self, store: Store, dataset: str, model: str) -> None:
         self.store = store
         self.prefix = f"models/{dataset}/{model}"
 

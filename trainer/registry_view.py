@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardline.core.errors import StoreError
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.trainer.promote import history
 from shardline.trainer.registry import ModelRegistry
 
@@ -21,7 +21,7 @@ def _acc(metrics: dict[str, Any] | None, key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def model_history(store: ObjectStore, dataset: str, model: str) -> dict[str, Any]:
+def model_history(store: Store, dataset: str, model: str) -> dict[str, Any]:
     """The registry's history: ``live`` (the model ``promoted.json`` names, or None),
     ``promoted_history`` (every model number ever promoted, oldest first) and ``models``
     (:func:`model_rows`: promoted and refused candidates alike)."""
@@ -31,7 +31,7 @@ def model_history(store: ObjectStore, dataset: str, model: str) -> dict[str, Any
             "models": model_rows(store, dataset, model)}
 
 
-def model_rows(store: ObjectStore, dataset: str, model: str) -> list[dict[str, Any]]:
+def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
     """One row per model number (ascending): dataset version, parent, held-out accuracy
     (overall, on the run's new data, on earlier data), gate decision and its reason,
     ``promoted`` (it is the live model) and ``promotion``: ``live``, ``earlier`` (promoted

@@ -21,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from shardline.core.config import Config
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.trainer import dist
 from shardline.trainer.accel import apply_backends, compiled, plan_step
 from shardline.trainer.buffers import BufferPool
@@ -49,7 +49,7 @@ __all__ = ["TrainResult", "train"]
 log = logging.getLogger(__name__)
 
 
-def train(cfg: Config, store: ObjectStore, dataset_version: int | None = None, *,
+def train(cfg: Config, store: Store, dataset_version: int | None = None, *,
           options: RunOptions | None = None,
           on_batch: Callable[[int, Batch], None] | None = None) -> TrainResult:
     """Train on ``dataset_version`` (default: latest), continuing the promoted model.

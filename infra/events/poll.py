@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from shardline.core.errors import ShardlineError, StoreError
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.infra.events.model import (
     EventPostError,
     EventSink,
@@ -139,7 +139,7 @@ class PollStats:
     failed_posts: int = 0
 
 
-def poll_once(store: ObjectStore, sink: EventSink, cursor_path: Path, prefix: str,
+def poll_once(store: Store, sink: EventSink, cursor_path: Path, prefix: str,
               skip_existing: bool = False) -> list[ObjectCreated]:
     """List ``prefix``, post what is new, then save the cursor; returns the accepted events.
 
@@ -168,7 +168,7 @@ def poll_once(store: ObjectStore, sink: EventSink, cursor_path: Path, prefix: st
     return events
 
 
-def run_poller(store: ObjectStore, sink: EventSink, cursor_path: Path, prefix: str,
+def run_poller(store: Store, sink: EventSink, cursor_path: Path, prefix: str,
                interval_s: float, *, stopper: Stopper | None = None,
                max_events: int | None = None, max_polls: int | None = None,
                skip_existing: bool = False) -> PollStats:

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shardline.core.manifest import Manifest, list_versions, read_manifest
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 
 def version_row(m: Manifest) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def version_row(m: Manifest) -> dict[str, Any]:
     }
 
 
-def version_rows(store: ObjectStore, prefix: str) -> list[dict[str, Any]]:
+def version_rows(store: Store, prefix: str) -> list[dict[str, Any]]:
     """One row per committed version under ``prefix``, latest first."""
     numbers = list_versions(store, prefix)
     if not numbers:

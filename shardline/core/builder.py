@@ -39,7 +39,7 @@ from shardline.core.parts import (
     ValidationSummary,
     to_dict,
 )
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.core.version_doc import (
     CHECKPOINT_EVERY,
     BatchList,
@@ -245,7 +245,7 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
     return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
 
 
-def write_objects(store: ObjectStore, draft: VersionDraft) -> None:
+def write_objects(store: Store, draft: VersionDraft) -> None:
     """Write the draft's referenced objects. Content-addressed ones (schema, config) may
     already exist with the same bytes; every other key carries this run's id."""
     def put(item: tuple[str, bytes]) -> None:
@@ -259,7 +259,7 @@ def write_objects(store: ObjectStore, draft: VersionDraft) -> None:
         list(pool.map(put, draft.objects.items()))
 
 
-def commit_version(store: ObjectStore, draft: VersionDraft) -> Manifest:
+def commit_version(store: Store, draft: VersionDraft) -> Manifest:
     """Write the objects, then ``versions/v<N>.json`` with If-None-Match: *.
 
     Raises:

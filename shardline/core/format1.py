@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any, Protocol
 
 from shardline.core import layout
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 
 class _Document(Protocol):
@@ -36,7 +36,7 @@ def legacy_doc(fields: dict[str, Any]) -> dict[str, Any]:
     return {"config": {}, "format": 1, **{k: plain(v) for k, v in fields.items()}}
 
 
-def commit_manifest(store: ObjectStore, prefix: str, manifest: _Document) -> str:
+def commit_manifest(store: Store, prefix: str, manifest: _Document) -> str:
     """Commit a format-1 document with If-None-Match: * (for tests of old manifests;
     ingest commits format 2 through ``shardline.core.builder.commit_version``).
 

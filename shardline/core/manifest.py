@@ -21,28 +21,28 @@ from shardline.core.parts import (
     content_digests,
 )
 from shardline.core.provenance import code_version, now_iso
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.core.version_doc import decode
 
 
-def list_versions(store: ObjectStore, prefix: str) -> list[int]:
+def list_versions(store: Store, prefix: str) -> list[int]:
     """Committed version numbers, ascending (S3 listing is strongly consistent)."""
     found = (layout.version_of_key(o.key) for o in store.list(layout.versions_prefix(prefix)))
     return sorted(v for v in found if v is not None)
 
 
-def read_manifest(store: ObjectStore, prefix: str, version: int) -> Manifest:
+def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
     """Version ``version``: its document now, what it references when first used."""
     key = layout.version_key(prefix, version)
     return Manifest(decode(store.get_bytes(key), store.uri(key)), store.get_bytes, key)
 
 
-def latest_manifest(store: ObjectStore, prefix: str) -> Manifest | None:
+def latest_manifest(store: Store, prefix: str) -> Manifest | None:
     versions = list_versions(store, prefix)
     return read_manifest(store, prefix, versions[-1]) if versions else None
 
 
-def resolve_version(store: ObjectStore, prefix: str, version: int | None) -> Manifest:
+def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
     """``version`` or the latest; raises naming the dataset prefix when there is none."""
     versions = list_versions(store, prefix)
     if not versions:

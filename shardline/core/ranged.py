@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 
 from shardline.core.errors import StoreError
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 
 class RangedObject(io.RawIOBase):
@@ -17,7 +17,7 @@ class RangedObject(io.RawIOBase):
     with ``If-Match``, so pyarrow reads a Parquet footer or a few row groups without
     fetching the whole object, and never mixes two versions of it."""
 
-    def __init__(self, store: ObjectStore, key: str, size: int, etag: str) -> None:
+    def __init__(self, store: Store, key: str, size: int, etag: str) -> None:
         super().__init__()
         self.store, self.key, self.size, self.etag = store, key, size, etag
         self.pos = 0
@@ -42,7 +42,7 @@ class RangedObject(io.RawIOBase):
             return b""
         data = self.store.get_bytes(self.key, (self.pos, end - 1), if_match=self.etag)
         if len(data) != end - self.pos:
-            raise StoreError(f"s3://{self.store.bucket}/{self.key}: asked for bytes "
+            raise StoreError(f"{self.store.uri(self.key)}: asked for bytes "
                              f"{self.pos}..{end - 1}, got {len(data)} bytes; re-run")
         self.pos = end
         return data

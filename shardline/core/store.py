@@ -1,6 +1,7 @@
 """Object-store access through the S3 API (AWS, MinIO, or the embedded moto server).
 
-One small class over a boto3 client. It adds what the pipeline relies on and boto3 leaves
+The S3 implementation of :class:`~shardline.core.store_api.Store`: one small class over a
+boto3 client. It adds what the pipeline relies on and boto3 leaves
 to the caller: conditional writes that raise typed errors (``If-None-Match: *`` is how a
 manifest commits), listing as plain records, and errors that name bucket, key and the
 operation. Transient failures are retried by botocore's standard retry mode, not here.
@@ -12,7 +13,6 @@ and loader threads do (clients are not shared across processes).
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -23,7 +23,9 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.core.config import StoreSettings
-from shardline.core.errors import ObjectChanged, ObjectExists, PermanentStoreError, StoreError
+from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
+from shardline.core.receive import Body
+from shardline.core.store_api import JsonMethods, Received, Sink, Store
 from shardline.core.store_errors import HINTS, error_code, store_failure
 from shardline.core.store_records import ByteStream, ObjectInfo
 
@@ -37,8 +39,8 @@ _RETRY = BotoConfig(
 )
 
 
-class ObjectStore:
-    """A bucket reached through the S3 API."""
+class ObjectStore(JsonMethods):
+    """A bucket reached through the S3 API (the :class:`Store` the pipeline runs on)."""
 
     def __init__(self, settings: StoreSettings) -> None:
         self.settings = settings
@@ -55,9 +57,17 @@ class ObjectStore:
                 read_timeout=settings.read_timeout_s)),
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its settings (a boto3 client is not picklable): a result holding the
+        store opens its own client where it is unpickled (another task, a Spark worker)."""
+        return (type(self), (self.settings,))
+
     # -- naming -----------------------------------------------------------------------
     def uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
+
+    def fsspec_url(self, key: str) -> tuple[str, dict[str, Any]]:
+        return self.uri(key), self.s3fs_options()
 
     def _fail(self, op: str, key: str, exc: Exception, hint: str = "") -> StoreError:
         """A typed error naming the operation and object: transient (retry may fix) or
@@ -195,19 +205,24 @@ class ObjectStore:
         except BotoCoreError as exc:
             raise self._fail("get", key, exc) from exc
 
-    def get_json(self, key: str) -> Any:
-        data = self.get_bytes(key)
-        try:
-            return json.loads(data)
-        except ValueError as exc:
-            raise PermanentStoreError(
-                f"s3://{self.bucket}/{key} is not valid JSON: {exc}") from exc
+    def read_into(self, key: str, buf: memoryview, sink: Sink) -> Received:
+        """One GET received through ``buf`` (from the socket straight into it where the
+        response allows: :mod:`shardline.core.receive`), each part handed to ``sink``.
 
-    def download(self, key: str, path: str) -> None:
+        Read to the end (only then does botocore's own path check length and CRC), so the
+        connection goes back to the pool."""
+        body = Body(self._get(key, None, None)["Body"], self.uri(key))
+        size, complete = 0, False
         try:
-            self.client.download_file(self.bucket, key, path)
+            while n := body.readinto(buf):
+                sink(buf[:n])
+                size += n
+            complete = True
         except (ClientError, BotoCoreError) as exc:
-            raise self._fail("download", key, exc) from exc
+            raise self._fail("get", key, exc) from exc
+        finally:
+            body.finish(complete)
+        return Received(size, body.direct)
 
     # -- writes -----------------------------------------------------------------------
     def put_bytes(
@@ -260,10 +275,6 @@ class ObjectStore:
             inner = cause if isinstance(cause, ClientError | BotoCoreError) else exc
             raise self._fail("upload", key, inner) from exc
 
-    def put_json(self, key: str, obj: Any, **kwargs: Any) -> str:
-        body = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
-        return self.put_bytes(key, body, content_type="application/json", **kwargs)
-
     def copy(self, src: str, dst: str) -> None:
         """Server-side copy within the bucket."""
         try:
@@ -307,4 +318,4 @@ class ObjectStore:
         return opts
 
 
-__all__ = ["ByteStream", "ObjectInfo", "ObjectStore", "StoreSettings"]
+__all__ = ["ByteStream", "ObjectInfo", "ObjectStore", "Store", "StoreSettings"]

@@ -22,7 +22,8 @@ class ObjectInfo:
 
 
 class ByteStream:
-    """The body of one GET as chunks of ``chunk_bytes`` (the last may be shorter)."""
+    """The body of one GET (or an open file) as chunks of ``chunk_bytes`` (the last may be
+    shorter)."""
 
     def __init__(self, body: Any, chunk_bytes: int,
                  fail: Callable[[Exception], StoreError]) -> None:
@@ -34,7 +35,7 @@ class ByteStream:
     def __next__(self) -> bytes:
         try:
             chunk = self.body.read(self.chunk_bytes)
-        except BotoCoreError as exc:
+        except (BotoCoreError, OSError) as exc:
             self.close()
             raise self.fail(exc) from exc
         if not chunk:

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shardline.core.config import StoreSettings
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA, RowFile, iter_chunks
 from shardline.tasks.convert.shard_writer import WrittenShard
@@ -36,26 +34,16 @@ class Converted:
     data_shards: list[WrittenShard]
     quarantine_shards: list[WrittenShard]
     row_files: list[RowFile]          # the successful attempts' row files, by task
-    store_settings: StoreSettings
+    store: Store                      # where they are (pickled: S3 as its settings)
     rows_in: int
     by_rule: dict[str, int]           # quarantined rows per rule (duplicates included)
     ids_key: str                      # the staged id file: the ids to publish
     dropped: dict[str, np.ndarray] = field(default_factory=dict)  # duplicates: shard -> rows
     timings: dict[str, float] = field(default_factory=dict)
-    reader: Any = field(default=None, repr=False, compare=False)   # the store (not pickled)
     examples: list[dict] | None = None   # the first EXAMPLES quarantined rows (convert's)
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["reader"] = None
-        return state
-
-    def _store(self, store: ObjectStore | None = None) -> ObjectStore:
-        if store is not None:
-            return store
-        if self.reader is None:
-            self.reader = ObjectStore(self.store_settings)
-        return self.reader
+    def _store(self, store: Store | None = None) -> Store:
+        return self.store if store is None else store
 
     @property
     def rows_ok(self) -> int:
@@ -85,7 +73,7 @@ class Converted:
                             dup, value, pc.cast(out[c], pa.string())))
         return pa.table(out)
 
-    def _read(self, store: ObjectStore | None, files: list[RowFile], max_rows: int | None,
+    def _read(self, store: Store | None, files: list[RowFile], max_rows: int | None,
               columns: list[str], passed_only: bool) -> Iterator[pa.Table]:
         need = list(columns) + [c for c in ("status",) if passed_only and c not in columns]
         if self.dropped:
@@ -99,7 +87,7 @@ class Converted:
             else:
                 yield self._mark(table, columns)
 
-    def iter_rows(self, store: ObjectStore | None = None, max_rows: int | None = None,
+    def iter_rows(self, store: Store | None = None, max_rows: int | None = None,
                   passed_only: bool = False, columns: list[str] | None = None
                   ) -> Iterator[pa.Table]:
         """The per-row table (``columns``, default ``ROW_COLUMNS``; text columns
@@ -115,7 +103,7 @@ class Converted:
         parts = [t.cast(schema) for t in self.iter_rows()]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
-    def quarantine_examples(self, n: int = EXAMPLES, store: ObjectStore | None = None
+    def quarantine_examples(self, n: int = EXAMPLES, store: Store | None = None
                             ) -> list[dict]:
         """The first ``n`` quarantined rows, task by task, each task's in source order
         (object key, row): kept from convert (the report and the flow's artifact ask for
@@ -139,7 +127,7 @@ class Converted:
                 out += bad.slice(0, n - len(out)).to_pylist()
         return out[:n]
 
-    def iter_published_ids(self, store: ObjectStore | None = None) -> Iterator[pa.Array]:
+    def iter_published_ids(self, store: Store | None = None) -> Iterator[pa.Array]:
         """The ids to publish, one hash bucket of the staged id file at a time."""
         reader = open_reader(self._store(store), self.ids_key)
         for k in range(reader.num_record_batches):

@@ -26,7 +26,7 @@ import pyarrow.ipc as ipc
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.idhash import id_hash64
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.convert.rowfiles import RowFile, plan_chunks, read_buckets
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, IDS_SCHEMA, published_mask
@@ -127,7 +127,7 @@ class Deduped:
         return sum(len(v) for v in self.dropped.values())
 
 
-def dedupe_batch(store: ObjectStore, cfg: DatasetConfig, run_id: str, files: list[RowFile],
+def dedupe_batch(store: Store, cfg: DatasetConfig, run_id: str, files: list[RowFile],
                  published_paths: list[str], shards: list[WrittenShard], ids_key: str,
                  max_rows: int | None = None) -> Deduped:
     """The duplicate check over the tasks' row files, one range of id buckets at a time
@@ -184,7 +184,7 @@ def _group_rows(hit: pa.Table) -> dict[str, np.ndarray]:
     return {str(s): rows[shard == s].astype(np.int64) for s in np.unique(shard)}
 
 
-def _quarantine_dups(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: pa.Table,
+def _quarantine_dups(store: Store, cfg: DatasetConfig, run_id: str, ok: pa.Table,
                      dups: list[Duplicate], chunk: int) -> WrittenShard:
     """One quarantine shard of one chunk's duplicates (chunk 0 keeps the single-chunk name)."""
     pick = ok.take(pa.array([d.meta_index for d in dups], pa.int64())).to_pylist()
@@ -199,7 +199,7 @@ def _quarantine_dups(store: ObjectStore, cfg: DatasetConfig, run_id: str, ok: pa
                      record_batch_rows=cfg.shards.record_batch_rows)
 
 
-def rewrite_shards(store: ObjectStore, cfg: DatasetConfig, shards: list[WrittenShard],
+def rewrite_shards(store: Store, cfg: DatasetConfig, shards: list[WrittenShard],
                    drop: dict[str, np.ndarray]) -> list[WrittenShard]:
     """Rewrite the staged data shards that hold duplicates, without them (one shard in
     memory at a time). Returns the new data shard list."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from shardline.core.config import DatasetConfig
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.limits import limits_for
 from shardline.tasks.convert.readers import (
@@ -36,9 +36,9 @@ from shardline.tasks.convert.readers import (
 )
 from shardline.tasks.convert.split import Part, split_jsonl, split_parquet
 
-Reader = Callable[[ObjectStore, Part, DatasetConfig], Iterator[Record | Problem]]
+Reader = Callable[[Store, Part, DatasetConfig], Iterator[Record | Problem]]
 Parser = Callable[[bytes, Source, DatasetConfig], Iterator[Record | Problem]]
-Splitter = Callable[[ObjectStore, Source, int], tuple[Part, ...]]
+Splitter = Callable[[Store, Source, int], tuple[Part, ...]]
 
 UNKNOWN = "unknown"
 
@@ -58,7 +58,7 @@ def whole_object(parse: Parser) -> Reader:
     """A reader that GETs the whole object once, checks its size against the listing, and
     hands the bytes to ``parse``."""
 
-    def read(store: ObjectStore, part: Part, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    def read(store: Store, part: Part, cfg: DatasetConfig) -> Iterator[Record | Problem]:
         src = part.source
         limit = limits_for(cfg).max_object_bytes
         if src.size > limit:   # refused before the GET: it would be held in memory whole
@@ -78,7 +78,7 @@ def whole_object(parse: Parser) -> Reader:
     return read
 
 
-def _zarr_group(store: ObjectStore, part: Part, cfg: DatasetConfig
+def _zarr_group(store: Store, part: Part, cfg: DatasetConfig
                 ) -> Iterator[Record | Problem]:
     return read_zarr(store, part.source, cfg)
 
@@ -120,7 +120,7 @@ def splitter(fmt: str) -> Splitter | None:
     return entry.split if entry is not None else None
 
 
-def read_source(store: ObjectStore, part: Part, cfg: DatasetConfig
+def read_source(store: Store, part: Part, cfg: DatasetConfig
                 ) -> Iterator[Record | Problem]:
     """Read ``part`` with its format's reader; a slice of a large object (see ``split``)
     reads only its byte range or row groups."""

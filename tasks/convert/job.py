@@ -36,7 +36,7 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig, StoreSettings
 from shardline.core.errors import StoreError
 from shardline.core.schema import staging_prefix
-from shardline.core.store import ObjectStore
+from shardline.core.store import ObjectStore, Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import read_source
 from shardline.tasks.convert.limits import excerpt
@@ -97,7 +97,7 @@ def run_partition(job: ConvertJob, batches: Iterator[pa.RecordBatch]
             yield convert_group(store, job.cfg, job.run_id, job.groups[task], task, attempt)
 
 
-def convert_group(store: ObjectStore, cfg: DatasetConfig, run_id: str,
+def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
                   parts: tuple[Part, ...], task: int, attempt: int = 0) -> pa.RecordBatch:
     """Convert one group of units (whole sources or slices); returns the metadata rows
     (``META_SCHEMA``)."""
@@ -177,7 +177,7 @@ def _str(value: object) -> str | None:
     return value[:256] if isinstance(value, str) and value.isprintable() else excerpt(value, 256)
 
 
-def _metadata(store: ObjectStore, rows_key: str, writer: DataShardWriter, bad: list[dict],
+def _metadata(store: Store, rows_key: str, writer: DataShardWriter, bad: list[dict],
               written: list[WrittenShard]) -> pa.RecordBatch:
     """Write the task's row file; return one metadata row per file written."""
     rows: dict[str, list] = {

@@ -9,7 +9,7 @@ import heapq
 import logging
 from collections.abc import Sequence
 
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Batch, Source
 from shardline.tasks.convert.formats import splitter
 from shardline.tasks.convert.split import Part
@@ -60,7 +60,7 @@ def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MI
     return [-(-s.size // share) if splitter(s.format) is not None else 1 for s in sources]
 
 
-def plan_parts(store: ObjectStore, sources: Sequence[Source], tasks: int,
+def plan_parts(store: Store, sources: Sequence[Source], tasks: int,
                min_task_bytes: int = MIN_TASK_BYTES) -> tuple[Part, ...]:
     """The units of work for ``tasks`` tasks: whole sources, and slices of the large objects
     :func:`slice_counts` picks, so that one large upload keeps every core busy. The driver

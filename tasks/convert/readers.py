@@ -37,7 +37,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectChanged, StoreError, TransientStoreError
 from shardline.core.json_depth import json_depth_exceeds
 from shardline.core.ranged import RangedObject
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.limits import excerpt, limits_for
 from shardline.tasks.convert.split import Part
@@ -80,7 +80,7 @@ def _changed(part: Part, exc: ObjectChanged) -> ObjectChanged:
         "this run is published: re-run the ingest, which lists the new upload as a new source")
 
 
-def read_jsonl_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+def read_jsonl_slice(store: Store, part: Part, cfg: DatasetConfig
                       ) -> Iterator[Record | Problem]:
     """Lines of a byte range that starts and ends on a line boundary (the last slice ends
     where the object ends, so a cut-off last line is still seen as one)."""
@@ -224,7 +224,7 @@ def _parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
         yield Record(first_row + i, ids[i], labels[i], images[i])
 
 
-def read_parquet_slice(store: ObjectStore, part: Part, cfg: DatasetConfig
+def read_parquet_slice(store: Store, part: Part, cfg: DatasetConfig
                         ) -> Iterator[Record | Problem]:
     """Rows of a range of row groups, one row group at a time, read with ranged GETs (the
     footer, then each row group's column chunks)."""
@@ -273,7 +273,7 @@ def read_image_file(data: bytes, src: Source, cfg: DatasetConfig
     yield Record(0, stem, label, data)
 
 
-def _raise_if_environment(exc: BaseException, store: ObjectStore, src: Source) -> None:
+def _raise_if_environment(exc: BaseException, store: Store, src: Source) -> None:
     """s3fs (which Zarr reads through) turns S3 errors into ``OSError``s once its retries
     are spent: a 5xx or a dropped connection is the environment's, not the group's, so it
     fails the task as transient (retried, never a quarantine row or a strike). A missing
@@ -285,16 +285,16 @@ def _raise_if_environment(exc: BaseException, store: ObjectStore, src: Source) -
             f"{type(exc).__name__}: {exc} (retrying may help)") from exc
 
 
-def read_zarr(store: ObjectStore, src: Source, cfg: DatasetConfig
+def read_zarr(store: Store, src: Source, cfg: DatasetConfig
               ) -> Iterator[Record | Problem]:
     """A Zarr group with ``images`` (N, H, W, C) uint8, ``labels`` (N,), optional ``ids``.
     Reads chunk-aligned row ranges, so memory stays bounded for large groups."""
     import zarr
     from zarr.storage import FsspecStore
 
-    url = f"s3://{store.bucket}/{src.key.rstrip('/')}"
+    url, options = store.fsspec_url(src.key.rstrip("/"))
     try:
-        zstore = FsspecStore.from_url(url, storage_options=store.s3fs_options(), read_only=True)
+        zstore = FsspecStore.from_url(url, storage_options=options, read_only=True)
         group = zarr.open_group(store=zstore, mode="r")
         images, labels = group["images"], group["labels"]
         ids = group.get("ids", None)

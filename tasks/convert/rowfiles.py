@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core.settings import RuntimeEnv, read_env
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, buckets_of, open_reader
 
 _DICT = pa.dictionary(pa.int32(), pa.string())   # few distinct values per task
@@ -126,7 +126,7 @@ def plan_chunks(files: Sequence[RowFile], max_rows: int | None = None, *, passed
     return out
 
 
-def read_buckets(store: ObjectStore, files: Sequence[RowFile], buckets: range, *,
+def read_buckets(store: Store, files: Sequence[RowFile], buckets: range, *,
                  whole: bool, columns: Sequence[str] | None = None, passed_only: bool = False
                  ) -> tuple[pa.Table, np.ndarray]:
     """The rows of ``buckets`` from every file (file order, then bucket order): the table
@@ -150,7 +150,7 @@ def read_buckets(store: ObjectStore, files: Sequence[RowFile], buckets: range, *
     return table, (np.concatenate(bucket_of) if bucket_of else np.zeros(0, np.int64))
 
 
-def iter_chunks(store: ObjectStore, files: Sequence[RowFile], max_rows: int | None = None, *,
+def iter_chunks(store: Store, files: Sequence[RowFile], max_rows: int | None = None, *,
                 columns: Sequence[str] | None = None, passed_only: bool = False
                 ) -> Iterator[tuple[range, pa.Table, np.ndarray]]:
     """Every row of ``files``, one bucket range (at most ~``max_rows`` rows) at a time."""

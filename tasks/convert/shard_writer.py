@@ -33,7 +33,7 @@ from shardline.core.config import DatasetConfig
 from shardline.core.idhash import holdout_ids
 from shardline.core.manifest import content_digests
 from shardline.core.schema import QUARANTINE_SCHEMA, data_schema
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.
     return sink.getvalue()
 
 
-def put_shard(store: ObjectStore, key: str, table: pa.Table, *, kind: str, compression: str,
+def put_shard(store: Store, key: str, table: pa.Table, *, kind: str, compression: str,
               record_batch_rows: int, label: int | None = None,
               split: str | None = None) -> WrittenShard:
     buf = encode_ipc(table, compression, record_batch_rows)
@@ -126,7 +126,7 @@ class DataShardWriter:
     a duplicate without re-reading every shard.
     """
 
-    def __init__(self, store: ObjectStore, cfg: DatasetConfig,
+    def __init__(self, store: Store, cfg: DatasetConfig,
                  key_for: Callable[..., str], holdout_fraction: float | None = None) -> None:
         self.store, self.cfg, self.key_for = store, cfg, key_for
         self.holdout_fraction = holdout_fraction

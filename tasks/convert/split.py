@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from shardline.core.errors import StoreError
 from shardline.core.ranged import RangedObject
-from shardline.core.store import ObjectStore
+from shardline.core.store import Store
 from shardline.tasks.batch import Source
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def jsonl_parts(src: Source, etag: str, cuts: Sequence[tuple[int, int]]) -> tupl
                  for (a, first), (b, _) in zip(bounds, bounds[1:], strict=False))
 
 
-def split_jsonl(store: ObjectStore, src: Source, pieces: int) -> tuple[Part, ...]:
+def split_jsonl(store: Store, src: Source, pieces: int) -> tuple[Part, ...]:
     """Cut a JSONL object into about ``pieces`` slices of similar size (one streamed read)."""
     targets = [src.size * j // pieces for j in range(1, pieces)]
     try:
@@ -162,7 +162,7 @@ def row_group_parts(src: Source, etag: str, groups: Sequence[tuple[int, int]], p
     return tuple(parts)
 
 
-def split_parquet(store: ObjectStore, src: Source, pieces: int) -> tuple[Part, ...]:
+def split_parquet(store: Store, src: Source, pieces: int) -> tuple[Part, ...]:
     """Cut a Parquet object into about ``pieces`` row-group ranges (reads the footer only)."""
     try:
         etag = src.etag

@@ -27,7 +27,7 @@ from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.errors import ConfigError
 from shardline.core.manifest import Manifest
 from shardline.core.schema import staging_prefix
-from shardline.core.store import ObjectStore
+from shardline.core.store import ObjectStore, Store
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
 from shardline.tasks.convert.converted import Converted
@@ -80,7 +80,7 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
     return result
 
 
-def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
+def assemble(store: Store, cfg: DatasetConfig, batch: Batch, run_id: str,
              latest: Manifest | None, meta: pa.Table) -> Converted:
     """Turn the collected metadata (one row per file the tasks wrote) into a
     :class:`Converted`, quarantining duplicates (``dedupe.dedupe_batch``, one bucket range
@@ -111,8 +111,8 @@ def assemble(store: ObjectStore, cfg: DatasetConfig, batch: Batch, run_id: str,
     if done.count:
         by_rule["duplicate_id"] = by_rule.get("duplicate_id", 0) + done.count
     conv = Converted(batch, run_id, latest.version if latest else None, done.data,
-                     quarantine + done.quarantine, files, store.settings,
+                     quarantine + done.quarantine, files, store,
                      sum(f.rows for f in files), dict(sorted(by_rule.items())), done.ids_key,
-                     done.dropped, reader=store)
+                     done.dropped)
     conv.examples = conv.quarantine_examples()   # read now: publish removes the row files
     return conv

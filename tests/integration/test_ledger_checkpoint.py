@@ -7,21 +7,15 @@ does; ``claimed_sources`` is what detect calls.
 from __future__ import annotations
 
 from shardline.core import layout
+from shardline.core.counting_store import CountingStore, Counts
 from shardline.core.store import ObjectStore
 from shardline.tasks import ledger
 from shardline.tasks.batch import Batch, Source
 from tests.integration.ingest_helpers import dataset_config
 
 
-class CountingStore(ObjectStore):
-    """The real store, counting GETs of claim documents."""
-
-    claim_gets = 0
-
-    def get_json(self, key: str):  # type: ignore[no-untyped-def]
-        if "/batches/" in key:
-            type(self).claim_gets += 1
-        return super().get_json(key)
+def _claim_or_other(key: str) -> str:
+    return "claim" if "/batches/" in key else "other"
 
 
 def _batch(i: int) -> Batch:
@@ -36,21 +30,21 @@ def _expected(n: int) -> set[tuple[str, str]]:
 
 def test_claims_checkpoint_bounds_the_reads_and_keeps_every_claim(store: ObjectStore):
     cfg = dataset_config()
-    counting = CountingStore(store.settings)
+    counting = CountingStore(store, Counts(_claim_or_other))
     n1 = ledger.CHECKPOINT_AFTER + 6
     for i in range(n1):
         ledger.write_claim(store, cfg, _batch(i), version=i + 1)
-    CountingStore.claim_gets = 0
+    counting.counts = Counts(_claim_or_other)
     assert ledger.claimed_sources(counting, cfg) == _expected(n1)
-    assert CountingStore.claim_gets == n1               # first read: every document once
+    assert counting.counts.n("get", "claim") == n1   # first read: every document once
     cps = [o.key for o in store.list(layout.claims_checkpoint_prefix(cfg.prefix))]
     assert cps == [layout.claims_checkpoint_key(cfg.prefix, n1)]
 
     for i in range(n1, n1 + 5):                         # five more publishes
         ledger.write_claim(store, cfg, _batch(i), version=i + 1)
-    CountingStore.claim_gets = 0
+    counting.counts = Counts(_claim_or_other)
     assert ledger.claimed_sources(counting, cfg) == _expected(n1 + 5)
-    assert CountingStore.claim_gets == 5                # only what the checkpoint lacks
+    assert counting.counts.n("get", "claim") == 5    # only what the checkpoint lacks
 
     # two more checkpoint generations: only the newest two are kept, claims stay exact
     total = n1 + 5

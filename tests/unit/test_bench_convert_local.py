@@ -1,14 +1,13 @@
 """The conversion benchmark's local-disk contender runs shardline's own task and driver code
 (``convert_group``, ``assemble``: duplicate check, id file, row files) and validation with
-``bench.convert_ref.LocalDirStore`` standing in for the bucket. Whatever the driver starts
-calling on its store must exist there too, or ``make bench`` breaks where no other test
-looks (it did once: ``upload_file``, and validation reading row files after cleanup)."""
+the folder store standing in for the bucket (validation reads the row files back through
+the store the conversion kept, so it must still be there when the suites run)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.convert_ref import LocalDirStore
+from shardline.core.folder_store import FolderStore
 from shardline.infra.demo_data import bad_jsonl_lines, digits, jsonl_bytes
 from shardline.tasks.batch import Batch, Source
 from shardline.tasks.convert.job import convert_group
@@ -21,7 +20,7 @@ from tests.integration.ingest_helpers import dataset_config
 def test_local_dir_store_carries_convert_and_validation(tmp_path: Path) -> None:
     import pyarrow as pa
 
-    store, cfg = LocalDirStore(tmp_path), dataset_config()
+    store, cfg = FolderStore(tmp_path), dataset_config()
     bad = "\n".join(line for line, _ in bad_jsonl_lines()) + "\n"
     bodies = {"a.jsonl": jsonl_bytes(digits(0, 120)),
               "b.jsonl": jsonl_bytes(digits(100, 200)) + bad.encode()}   # 20 repeat a's ids

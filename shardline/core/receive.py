@@ -1,8 +1,9 @@
-"""Receiving a GET's body into a caller's buffer with as few copies as the stack allows.
+"""Receiving a GET's body into a caller's buffer with as few copies as the stack allows
+(the S3 store's ``read_into``; the trainer's shard cache receives through it).
 
 botocore's ``StreamingBody.readinto`` goes through urllib3 2.x, whose ``readinto`` is a
 ``read(len(b))`` (a new bytes object) followed by a copy into ``b``: two copies of every
-byte in Python's process before the cache writes it. When the response is plain (no
+byte in Python's process before the caller writes it. When the response is plain (no
 content encoding that urllib3 would have to undo, nothing buffered by urllib3 yet),
 ``http.client``'s own ``readinto`` on the same response receives from the socket straight
 into the buffer (one copy, the kernel's); botocore's body also computes the CRC32 the
@@ -12,8 +13,8 @@ epoch from the object store"). Anything unexpected about the response falls back
 botocore's path.
 
 What botocore's path checks on the way (the length against Content-Length, its CRC when
-the server sends one) the caller checks itself on this path: the byte count against the
-manifest, and the manifest's digest, over the bytes as received.
+the server sends one) the caller checks itself on this path (the shard cache: the byte
+count and the digest of its manifest entry, over the bytes as received).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Body:
     def __init__(self, body: Any, where: str) -> None:
         self._body, self.where = body, where
         self._raw: Any = getattr(body, "_raw_stream", None)
-        self._fp = _direct(self._raw)
+        self._fp = direct_response(self._raw)
         self.direct = self._fp is not None
 
     def readinto(self, buf: memoryview) -> int:
@@ -54,7 +55,7 @@ class Body:
             self._body.close()
 
 
-def _direct(raw: Any) -> http.client.HTTPResponse | None:
+def direct_response(raw: Any) -> http.client.HTTPResponse | None:
     """``raw``'s ``http.client`` response when reading it directly is safe, else None."""
     fp = getattr(raw, "_fp", None)
     if not isinstance(fp, http.client.HTTPResponse):
