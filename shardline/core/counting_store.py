@@ -25,6 +25,10 @@ class Counts:
         self._lock = threading.Lock()
         self.ops: dict[str, dict[str, list[int]]] = {}
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled empty (a result holding a counting store counts where it is unpickled)."""
+        return (Counts, (self.kind,))
+
     def add(self, op: str, key: str, nbytes: int = 0, n: int = 1) -> None:
         with self._lock:
             cell = self.ops.setdefault(op, {}).setdefault(self.kind(key), [0, 0])
