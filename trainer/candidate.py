@@ -22,6 +22,7 @@ from shardline.trainer.checkpoint import model_tensors, optimizer_parts, tensors
 from shardline.trainer.context import RunContext
 from shardline.trainer.dist import barrier
 from shardline.trainer.evaluate import EvalResult
+from shardline.trainer.factory import info_record
 from shardline.trainer.loop import LoopState
 from shardline.trainer.promote import Decision, decide, promote
 from shardline.trainer.result import TrainResult
@@ -50,7 +51,12 @@ def _meta(ctx: RunContext, model_number: int, state: LoopState, loader: Any,
     return {
         # "model_version" holds the model number (the registry's stored field name)
         "model_version": model_number, "dataset": ctx.cfg.dataset.name,
-        "model": ctx.cfg.train.model, "arch": ctx.spec, "config": config_to_dict(ctx.cfg),
+        "model": ctx.cfg.train.registry_name, "build": ctx.spec,
+        "inputs": info_record(ctx.data), "objective": {
+            "kind": ctx.objective.kind, "primary": ctx.objective.primary,
+            "higher_is_better": ctx.objective.higher_is_better,
+            "score": ctx.cfg.train.score or "built-in"},
+        "config": config_to_dict(ctx.cfg),
         "dataset_version": ctx.dataset_version, "parent_model_version": start.parent_number,
         "start": start.reason, "created_at": now_iso(), "code_version": code_version(),
         "samples_seen": state.samples, "samples_seen_total": parent_total + state.samples,
@@ -100,7 +106,7 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
     number, promoted = int(shared[0]), bool(shared[1])
     new, replay = sample_counts(ctx)
     return TrainResult(
-        dataset=ctx.cfg.dataset.name, model=ctx.cfg.train.model, model_version=number,
+        dataset=ctx.cfg.dataset.name, model=ctx.cfg.train.registry_name, model_version=number,
         dataset_version=ctx.dataset_version, parent_model_version=ctx.start.parent_number,
         samples_seen=state.samples, new_samples=new, replay_samples=replay,
         epochs=ctx.cfg.train.epochs, eval_accuracy=after.accuracy,

@@ -16,13 +16,15 @@ from typing import Any
 
 from shardline.core import layout
 from shardline.core.config import Config, config_to_dict
+from shardline.core.fields import DatasetInfo, dataset_info
 from shardline.core.manifest import Manifest, resolve_version
 from shardline.core.store import Store
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.device import Placement
 from shardline.trainer.dist import DistInfo
+from shardline.trainer.factory import Hooks, build_record, hooks
 from shardline.trainer.fetch import ShardFetcher
-from shardline.trainer.model import arch
+from shardline.trainer.objectives import Objective, objective
 from shardline.trainer.options import RunOptions
 from shardline.trainer.parent import Start, resolve_start
 from shardline.trainer.plan import TrainPlan, make_plan
@@ -43,7 +45,10 @@ class RunContext:
     place: Placement
     manifest: Manifest                 # the dataset version trained on
     registry: ModelRegistry
-    spec: dict[str, Any]               # this run's architecture (``model.arch``)
+    data: DatasetInfo                  # what the model factory is told about the data
+    objective: Objective               # loss, metrics, primary metric of the target kind
+    hooks: Hooks                       # the user's step / score hooks, if configured
+    spec: dict[str, Any]               # what builds this run's model (``factory.build_record``)
     start: Start                       # the promoted parent, or scratch
     plan: TrainPlan
     fetcher: ShardFetcher
@@ -56,7 +61,7 @@ class RunContext:
 
 
 def open_context(cfg: Config, store: Store, dataset_version: int | None,
-                 options: RunOptions, info: DistInfo, place: Placement) -> RunContext:
+                 options: RunOptions, dist_info: DistInfo, place: Placement) -> RunContext:
     """Resolve, plan and open everything a run needs; close ``ctx.fetcher`` when done.
 
     Raises:
@@ -68,8 +73,9 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
     manifest = resolve_version(store, cfg.dataset.prefix, dataset_version)
     check_shard_columns(manifest.shard_columns, cfg.dataset.prefix,
                         store.uri(layout.version_key(cfg.dataset.prefix, manifest.version)))
-    registry = ModelRegistry(store, cfg.dataset.name, t.model)
-    spec = arch(t.model, t.width, t.depth, cfg.dataset.image.shape, len(cfg.dataset.classes))
+    registry = ModelRegistry(store, cfg.dataset.name, t.registry_name)
+    data = dataset_info(cfg.dataset)
+    spec = build_record(t, data)
     start = resolve_start(registry, spec)
     plan = make_plan(manifest, start.since_dataset_version, t.replay_ratio,
                      t.holdout_fraction, t.seed)
@@ -77,8 +83,9 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
                            t.fetch_threads)
     reader = ShardReader(fetcher, cfg.dataset,
                          keep_open_bytes=int(options.loader.keep_open_mb * 2**20))
-    return RunContext(cfg, store, options, info, place, manifest, registry, spec, start, plan,
-                      fetcher, reader, run_key(cfg, manifest.version, start, info.world))
+    return RunContext(cfg, store, options, dist_info, place, manifest, registry, data,
+                      objective(data.target), hooks(t), spec, start, plan, fetcher, reader,
+                      run_key(cfg, manifest.version, start, dist_info.world))
 
 
 def run_key(cfg: Config, dataset_version: int, start: Start, world: int) -> str:

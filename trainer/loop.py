@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchdata.nodes import Loader
 
+from shardline.core.fields import DatasetInfo
 from shardline.trainer.device import Placement
+from shardline.trainer.objectives import Objective
 from shardline.trainer.stream import Batch, ShardStream
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class _Running:
 
     def __init__(self, device: torch.device) -> None:
         self.loss = torch.zeros((), device=device, dtype=torch.float64)
-        self.correct = torch.zeros((), device=device, dtype=torch.int64)
+        self.correct = torch.zeros((), device=device, dtype=torch.float64)   # row scores
         self.seen = 0
 
     def read(self) -> tuple[float, float]:
@@ -68,33 +69,74 @@ class _Running:
         return float(self.loss) / n, float(self.correct) / n
 
 
+# (loss, rows, sum of the rows' scores) of one batch already on the device
+Step = Callable[[nn.Module, dict[str, Any]], tuple[torch.Tensor, int, torch.Tensor | None]]
+
+
+def make_step(info: DatasetInfo, objective: Objective,
+              hook: Callable[..., Any] | None = None) -> Step:
+    """The loss of a batch: the target kind's (``trainer.objectives``) on the model's output
+    for the raw fields, or the user's ``step`` hook (``trainer.factory.Hooks``)."""
+    names, target = [f.name for f in info.fields], info.target.name
+
+    def builtin(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int,
+                                                                  torch.Tensor | None]:
+        out = model({n: batch[n] for n in names})
+        y = batch[target]
+        return objective.loss(out, y), int(y.shape[0]), \
+            objective.row_score(out.detach(), y).sum()
+
+    def user(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int,
+                                                               torch.Tensor | None]:
+        got = hook(model, batch)  # type: ignore[misc]
+        loss, metrics = got if isinstance(got, tuple) else (got, {})
+        n = int(batch[target].shape[0])
+        score = metrics.get("score") if isinstance(metrics, dict) else None
+        return loss, n, None if score is None else torch.as_tensor(score).detach() * n
+
+    return builtin if hook is None else user
+
+
+def _image_label_step() -> Step:
+    """The step of today's shorthand datasets (one ``image`` field, a ``label`` class)."""
+    from shardline.core.fields import FieldInfo, TargetInfo
+    from shardline.trainer.objectives import objective
+
+    target = TargetInfo("label", "class", ("class",))
+    return make_step(DatasetInfo((FieldInfo("image", "image", "uint8", ()),), target),
+                     objective(target))
+
+
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, place: Placement,
-               stream: ShardStream, batch: Batch, run: _Running) -> None:
+               stream: ShardStream, batch: Batch, run: _Running, step: Step | None = None
+               ) -> None:
+    """One optimizer step on ``batch`` (``step``: :func:`make_step`'s; default: image and
+    class label, as the benchmarks feed)."""
+    step = step or _image_label_step()
     if place.cuda:   # a new step for CUDA graphs (reduce-overhead): last step's outputs are dead
         torch.compiler.cudagraph_mark_step_begin()
-    x = place.to_device(batch["image"])
-    y = place.to_device(batch["label"])
+    on_device = {k: place.to_device(v) if isinstance(v, torch.Tensor) else v
+                 for k, v in batch.items()}
     if place.cuda:   # the pinned buffer may be refilled once the copy has happened
         event = torch.cuda.Event()
         event.record()
         stream.release(batch, event)
     with place.autocast():
-        logits = model(x)
-        loss = F.cross_entropy(logits.float(), y)
+        loss, n, score = step(model, on_device)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     if not place.cuda:
         stream.release(batch)
-    n = int(y.shape[0])
     run.loss += loss.detach().double() * n
-    run.correct += (logits.detach().argmax(1) == y).sum()
+    if score is not None:
+        run.correct += score.double()
     run.seen += n
 
 
 def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch],
              stream: ShardStream, place: Placement, state: LoopState, hooks: LoopHooks,
-             world: int = 1) -> LoopState:
+             world: int, step: Step) -> LoopState:
     """Train until the loader is exhausted (all epochs); returns the updated ``state``."""
     model.train()
     interval = _Running(place.device)
@@ -113,7 +155,7 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
             hooks.on_batch(state.step, batch)
         epoch, epoch_end = int(batch["epoch"]), bool(batch["epoch_end"])
         seen = interval.seen
-        train_step(model, opt, place, stream, batch, interval)
+        train_step(model, opt, place, stream, batch, interval, step)
         state.step += 1
         state.samples += (interval.seen - seen) * world
         state.wall_s += time.perf_counter() - t0

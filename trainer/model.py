@@ -1,9 +1,12 @@
-"""Models: a small CNN (default) and a ResNet-style network for larger images.
+"""The built-in models, as factories of the same kind as a user's (``trainer.factory``).
 
-Both take the loader's uint8 [B, C, H, W] batches and normalise *on the device* as their
-first operation (``Normalize``), so the host never converts pixels to float. ``arch``
-describes everything that decides the parameter shapes; a parent checkpoint is only
-resumed when its ``arch`` equals the new run's.
+A factory is ``factory(info: DatasetInfo, **args) -> nn.Module``: a small CNN (``cnn``, the
+default) and a ResNet-style network (``resnet``) for one image or (C, H, W) tensor field of
+any channel count, and an MLP (``mlp``) over any set of tensor and scalar fields. They take
+float input: the trainer's wrapper (``trainer.preprocess``) normalises the raw fields on the
+device first (the first layer the built-ins used to carry, ``Normalize``, is an identity kept
+so the weights' names stay those of earlier models). Output: one logit per class
+(class / multilabel targets) or one value per regression output.
 """
 
 from __future__ import annotations
@@ -14,20 +17,19 @@ import torch
 from torch import nn
 
 from shardline.core.errors import ConfigError
+from shardline.core.fields import DatasetInfo, FieldInfo
 
-MODELS = ("cnn", "resnet")
-# What a model may be built with (from the config or from a registry meta.json): a tampered
-# ``arch`` must not allocate without bound. The widest layer has width * 2**(depth-1)
-# channels; 4,096 is 8x ResNet-18's widest. Images up to 4,096 px a side, 1-4 channels.
+MODELS = ("cnn", "resnet", "mlp")
+# What a built-in may be built with (from the config, or a promoted model's args read back
+# from its meta.json to evaluate it): a tampered value must not allocate without bound. The
+# widest layer has width * 2**(depth-1) channels; 4,096 is 8x ResNet-18's widest.
 LIMITS = {"width": 1024, "depth": 8, "widest": 4096, "classes": 100_000, "side": 4096,
-          "channels": 4}
+          "channels": 1024, "features": 1_000_000}
 
 
-class Normalize(nn.Module):
-    """uint8 pixels -> float in about [-2, 2] (x / 255 - 0.5) / 0.25."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.float() * (1.0 / 255.0) - 0.5) * 4.0
+class Normalize(nn.Identity):
+    """Kept as the built-ins' first layer so weight names stay stable; normalising is the
+    wrapper's (``trainer.preprocess.Preprocessed``)."""
 
 
 def _conv_bn(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
@@ -100,58 +102,156 @@ class ResNetStyle(nn.Module):
         return self.head(self.features(x))
 
 
+class MLP(nn.Module):
+    """Every field flattened and concatenated (a string field with a vocabulary one-hot
+    encoded), then ``depth`` hidden layers of ``hidden`` units (ReLU, dropout)."""
+
+    def __init__(self, fields: tuple[FieldInfo, ...], outputs: int, hidden: int = 256,
+                 depth: int = 2, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.names = [f.name for f in fields]
+        self.vocab = {f.name: len(f.vocabulary) for f in fields if f.vocabulary}
+        n_in = sum(self.vocab.get(f.name) or _numel(f.shape) for f in fields)
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(n_in, hidden), nn.ReLU(inplace=True), nn.Dropout(dropout)]
+            n_in = hidden
+        self.body = nn.Sequential(*layers, nn.Linear(n_in, outputs))
+
+    def forward(self, x: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = x if isinstance(x, dict) else {self.names[0]: x}
+        flat = []
+        for name in self.names:
+            v = parts[name]
+            if name in self.vocab:
+                v = nn.functional.one_hot(v.long(), self.vocab[name])
+            flat.append(v.float().reshape(len(v), -1))
+        return self.body(torch.cat(flat, 1))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _check(name: str, width: int, depth: int, classes: int, shape: tuple[int, ...]) -> None:
+    problem = None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (width, depth)):
+        problem = f"width and depth must be integers, got {width!r}, {depth!r}"
+    elif not (0 < width <= LIMITS["width"] and 0 < depth <= LIMITS["depth"]
+              and width * 2 ** (depth - 1) <= LIMITS["widest"]):
+        problem = (f"width {width} and depth {depth} must be positive, at most "
+                   f"{LIMITS['width']} and {LIMITS['depth']}, with width * 2**(depth-1) at "
+                   f"most {LIMITS['widest']}")
+    elif not 0 < classes <= LIMITS["classes"]:
+        problem = f"{classes} classes (outputs): 1 to {LIMITS['classes']}"
+    elif name != "mlp" and not (0 < shape[0] <= LIMITS["channels"]
+                                and min(shape[1:]) > 0 and max(shape[1:]) <= LIMITS["side"]):
+        problem = (f"input (C, H, W) {list(shape)}: at most {LIMITS['channels']} channels "
+                   f"and {LIMITS['side']} px a side")
+    elif name == "mlp" and _numel(shape) > LIMITS["features"]:
+        problem = f"{_numel(shape)} input features: at most {LIMITS['features']}"
+    if problem:
+        raise ConfigError(f"train: cannot build {name!r}: {problem}; change [train] (or the "
+                          "dataset's fields) within the limits")
+
+
+def _image_field(info: DatasetInfo, name: str) -> FieldInfo:
+    """The one (C, H, W) input of a convolutional built-in (a 2-D tensor gets C = 1)."""
+    f = info.fields[0] if len(info.fields) == 1 else None
+    if f is None or len(f.shape) not in (2, 3) or info.target.kind == "mask":
+        raise ConfigError(
+            f"train: model {name!r} takes one image or (C, H, W) tensor field and a class, "
+            f"multilabel or regression target; this dataset has fields "
+            f"{[(g.name, list(g.shape)) for g in info.fields]} and a {info.target.kind} "
+            "target: use model = \"mlp\" or your own factory (model = \"package.module:fn\")")
+    return f
+
+
+def _chw(f: FieldInfo) -> tuple[int, int, int]:
+    return (1, *f.shape) if len(f.shape) == 2 else (f.shape[0], f.shape[1], f.shape[2])
+
+
+class _Channels(nn.Module):
+    """A 2-D field (H, W) seen as one channel."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x.unsqueeze(1))
+
+
+def cnn(info: DatasetInfo, width: int = 32, depth: int = 2) -> nn.Module:
+    """The small CNN (:class:`SmallCNN`) for the dataset's one image / (C, H, W) field."""
+    f = _image_field(info, "cnn")
+    c, h, w = _chw(f)
+    _check("cnn", width, depth, info.target.num_outputs, (c, h, w))
+    net = SmallCNN(c, info.target.num_outputs, width, depth)
+    return _Channels(net) if len(f.shape) == 2 else net
+
+
+def resnet(info: DatasetInfo, width: int = 32, depth: int = 3) -> nn.Module:
+    """The ResNet-style network (:class:`ResNetStyle`) for the one image / (C, H, W) field."""
+    f = _image_field(info, "resnet")
+    c, h, w = _chw(f)
+    _check("resnet", width, depth, info.target.num_outputs, (c, h, w))
+    net = ResNetStyle(c, info.target.num_outputs, (h, w), width, depth)
+    return _Channels(net) if len(f.shape) == 2 else net
+
+
+def mlp(info: DatasetInfo, hidden: int = 256, depth: int = 2, dropout: float = 0.1
+        ) -> nn.Module:
+    """The MLP (:class:`MLP`) over every field: tabular features, vectors, small tensors."""
+    if info.target.kind == "mask":
+        raise ConfigError("train: model 'mlp' does not predict a mask target; bring your own "
+                          "model (model = \"package.module:fn\")")
+    n_in = sum(len(f.vocabulary) or _numel(f.shape) for f in info.fields)
+    _check("mlp", hidden, depth, info.target.num_outputs, (n_in,))
+    return MLP(info.fields, info.target.num_outputs, hidden, depth, dropout)
+
+
 def arch(model: str, width: int, depth: int, shape: tuple[int, ...],
          classes: int) -> dict[str, Any]:
-    """What decides the parameter shapes (compared before resuming a parent)."""
+    """A built-in for uint8 images of ``shape`` (H, W, C) and ``classes`` classes, as a
+    plain description (benchmarks and tests build one with :func:`build_model`)."""
     return {"model": model, "width": width, "depth": depth, "shape": list(shape),
             "classes": classes}
 
 
-def arch_problem(spec: Any) -> str | None:
-    """Why ``spec`` cannot be built within :data:`LIMITS` (None when it can)."""
-    if not isinstance(spec, dict):
-        return f"arch is {type(spec).__name__}, not an object"
-    name, width, depth = spec.get("model"), spec.get("width", 0), spec.get("depth", 0)
-    shape, classes = spec.get("shape"), spec.get("classes", 0)
-    if name not in MODELS:
-        return f"model must be one of {list(MODELS)}, got {name!r}"
-    ints = [width, depth, classes, *(shape if isinstance(shape, list | tuple) else [])]
-    if not isinstance(shape, list | tuple) or len(shape) != 3 or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in ints):
-        return f"width, depth, classes and shape [H, W, C] must be integers, got {spec!r}"[:200]
-    h, w, c = shape
-    if not (0 < width <= LIMITS["width"] and 0 < depth <= LIMITS["depth"]
-            and width * 2 ** (depth - 1) <= LIMITS["widest"]):
-        return (f"width {width} and depth {depth} must be positive, at most "
-                f"{LIMITS['width']} and {LIMITS['depth']}, with width * 2**(depth-1) at most "
-                f"{LIMITS['widest']}")
-    if not (0 < classes <= LIMITS["classes"] and 0 < h <= LIMITS["side"]
-            and 0 < w <= LIMITS["side"] and 0 < c <= LIMITS["channels"]):
-        return (f"classes {classes} and shape {list(shape)} must be positive, at most "
-                f"{LIMITS['classes']} classes, {LIMITS['side']} px a side and "
-                f"{LIMITS['channels']} channels")
-    return None
-
-
 def build_model(spec: dict[str, Any]) -> nn.Module:
-    """A fresh model from an :func:`arch` description.
+    """The built-in an :func:`arch` description names, behind the trainer's preprocessing
+    (``trainer.preprocess``): it takes raw uint8 [B, C, H, W] batches.
 
     Raises:
-        ConfigError: unknown model name, or width/depth/classes/shape outside
-            :data:`LIMITS` (a registry's arch is checked with :func:`arch_problem` first).
-    """
-    problem = arch_problem(spec)
-    if problem:
-        raise ConfigError(f"train: cannot build {spec.get('model')!r}: {problem}; change "
-                          "[train] (or [dataset.image]) within the limits")
-    h, w, c = spec["shape"]
-    width, depth = spec["width"], spec["depth"]
-    if spec["model"] == "cnn":
-        return SmallCNN(c, spec["classes"], width, depth)
-    return ResNetStyle(c, spec["classes"], (h, w), width, depth)
+        ConfigError: not a convolutional built-in, or sizes outside :data:`LIMITS`."""
+    from shardline.core.fields import TargetInfo
+    from shardline.trainer.preprocess import Preprocessed
+
+    name, shape = spec.get("model"), spec.get("shape")
+    if name not in ("cnn", "resnet") or not isinstance(shape, list | tuple) or len(shape) != 3:
+        raise ConfigError(f"train: model must be one of ['cnn', 'resnet'] with shape [H, W, C], "
+                          f"got {name!r}, {shape!r}")
+    classes = spec.get("classes")
+    if not isinstance(classes, int) or not 0 < classes <= LIMITS["classes"]:
+        raise ConfigError(f"train: cannot build {name!r}: {classes!r} classes (outputs): 1 to "
+                          f"{LIMITS['classes']}")
+    h, w, c = shape
+    info = DatasetInfo((FieldInfo("image", "image", "uint8", (c, h, w)),),
+                       TargetInfo("label", "class", tuple(str(i) for i in range(classes))))
+    factory = cnn if name == "cnn" else resnet
+    return Preprocessed(factory(info, width=spec.get("width", 0), depth=spec.get("depth", 0)),
+                        info)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    """The plain module behind DDP and torch.compile wrappers."""
+    """The plain module behind DDP, torch.compile and the trainer's preprocessing wrapper:
+    the module whose weights are saved."""
+    from shardline.trainer.preprocess import Preprocessed
+
     inner = getattr(model, "module", model)
-    return getattr(inner, "_orig_mod", inner)
+    inner = getattr(inner, "_orig_mod", inner)
+    return inner.net if isinstance(inner, Preprocessed) else inner

@@ -1,8 +1,10 @@
 """Where a run starts: the promoted model (weights + optimizer state) or scratch.
 
 The parent is the model the ``promoted.json`` pointer names. Its weights and AdamW state are
-resumed when its architecture equals this run's; otherwise the run trains from scratch on
-every shard (and says why), while the promoted model is still evaluated for the gate.
+resumed when it was built the way this run builds its model (``trainer.factory``: the same
+factory, args, fields and target kind); otherwise the warm start is refused with one line
+naming what differs, and the run trains from scratch on every shard, while the promoted
+model is still evaluated for the gate where this run's code can build it.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from shardline.core.errors import ConfigError
+from shardline.core.fields import DatasetInfo
 from shardline.trainer.accel import optimizer_kwargs
 from shardline.trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
-from shardline.trainer.model import arch_problem, build_model
+from shardline.trainer.factory import BUILTIN, build_with, differences, resolve
+from shardline.trainer.preprocess import Preprocessed
 from shardline.trainer.registry import ModelRegistry, Promoted
 from shardline.trainer.trust import UntrustedInput
 
@@ -37,14 +42,17 @@ class Start:
 
 
 def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
+    """Warm start from the promoted model if it was built like ``spec`` (this run's
+    ``factory.build_record``), else scratch with the reason (one line)."""
     promoted = registry.promoted()
     if promoted is None:
         return Start(None, None, False, None, "no promoted model yet: training from scratch")
     meta = registry.meta(promoted.number)
-    if meta.get("arch") != spec:
+    differ = differences(meta.get("build"), spec)
+    if differ:
         return Start(promoted, meta, False, None,
-                     f"promoted model {promoted.number} has architecture {meta.get('arch')}, "
-                     f"this run {spec}: training from scratch on all data")
+                     f"warm start from promoted model {promoted.number} refused: it was built "
+                     f"differently ({'; '.join(differ)}); training from scratch on all data")
     since = meta.get("dataset_version")
     if isinstance(since, bool) or not isinstance(since, int) or since <= 0:
         raise UntrustedInput(
@@ -78,30 +86,36 @@ def load_parent(model: nn.Module, opt: torch.optim.Optimizer, registry: ModelReg
         log.warning("optimizer state of model %d not resumed (%s); starting AdamW fresh", v, exc)
 
 
-def promoted_model(registry: ModelRegistry, start: Start,
-                   spec: dict[str, Any]) -> nn.Module | None:
-    """The promoted model on its own architecture (for the before/gate evaluation); None if
-    there is none or it takes other inputs/classes than this dataset now has."""
+def promoted_model(registry: ModelRegistry, start: Start, spec: dict[str, Any],
+                   info: DatasetInfo) -> nn.Module | None:
+    """The promoted model on its own args (for the before/gate evaluation), built by *this
+    run's* factory: None if there is none, another factory built it (its code is never
+    imported from the registry), it takes other fields or another target, or a user
+    factory would need other args (only a built-in's args, bounded, are read back)."""
     if start.promoted is None or start.parent_meta is None:
         return None
-    theirs = start.parent_meta.get("arch")
+    n = start.promoted.number
+    theirs = start.parent_meta.get("build")
     if not isinstance(theirs, dict):
         theirs = {}
-    if (theirs.get("shape"), theirs.get("classes")) != (spec["shape"], spec["classes"]):
-        log.warning("promoted model %d takes %s images / %s classes, the dataset now has %s / "
-                    "%s: it cannot be compared", start.promoted.number, theirs.get("shape"),
-                    theirs.get("classes"), spec["shape"], spec["classes"])
+    same_data = differences(theirs, {**spec, "args": theirs.get("args")}) == []
+    args = theirs.get("args")
+    if not same_data or not isinstance(args, dict) or (
+            args != spec["args"] and not spec["factory"].startswith(BUILTIN + ":")):
+        log.warning("promoted model %d cannot be rebuilt by this run's code (%s); it is "
+                    "compared through its record only", n,
+                    "; ".join(differences(theirs, spec)) or "no build record")
         return None
-    problem = arch_problem(theirs)
-    if problem:
-        raise UntrustedInput(f"{registry.uri(start.promoted.number)}meta.json: arch of model "
-                             f"{start.promoted.number} is refused: {problem}; restore "
-                             "meta.json or point promoted.json at another model number")
-    model = build_model(theirs)
     try:
-        load_model_tensors(model, registry.weights(start.promoted.number),
-                           registry.uri(start.promoted.number))
+        net = build_with(resolve(spec["factory"]), spec["factory"], args, info)
+    except ConfigError as exc:
+        raise UntrustedInput(f"{registry.uri(n)}meta.json: the build args of model {n} are "
+                             f"refused: {exc}; restore meta.json or point promoted.json at "
+                             "another model number") from exc
+    model = Preprocessed(net, info)
+    try:
+        load_model_tensors(model, registry.weights(n), registry.uri(n))
     except CheckpointError as exc:
-        log.warning("promoted model %d cannot be evaluated: %s", start.promoted.number, exc)
+        log.warning("promoted model %d cannot be evaluated: %s", n, exc)
         return None
     return model

@@ -36,11 +36,12 @@ from shardline.trainer.context import RunContext, open_context
 from shardline.trainer.device import choose
 from shardline.trainer.dist import DistInfo
 from shardline.trainer.evaluate import EvalResult, evaluate
+from shardline.trainer.factory import build
 from shardline.trainer.loader import eval_batches, make_train_loader
-from shardline.trainer.loop import LoopHooks, LoopState, run_loop
-from shardline.trainer.model import build_model
+from shardline.trainer.loop import LoopHooks, LoopState, make_step, run_loop
 from shardline.trainer.options import RunOptions
 from shardline.trainer.parent import load_parent, make_optimizer, promoted_model
+from shardline.trainer.preprocess import Preprocessed
 from shardline.trainer.result import TrainResult
 from shardline.trainer.stream import Batch, ShardStream
 
@@ -110,7 +111,7 @@ class _Trainer:
         torch.manual_seed(ctx.cfg.train.seed)
         # on its device before the optimizer exists: fused AdamW and loaded optimizer
         # state (load_state_dict moves it to each parameter's device) then agree
-        model = ctx.place.prepare(build_model(ctx.spec))
+        model = ctx.place.prepare(Preprocessed(build(ctx.cfg.train, ctx.data), ctx.data))
         opt = make_optimizer(model, ctx.cfg.train.lr, ctx.cfg.train.weight_decay,
                              self.step.optimizer)
         if ctx.start.from_parent:
@@ -133,8 +134,9 @@ class _Trainer:
             checkpoint_every=ctx.options.checkpoint_every,
             curve_every=ctx.options.curve_every, is_main=ctx.info.is_main)
         resumed_at = state.step if progress is not None else None
+        step = make_step(ctx.data, ctx.objective, ctx.hooks.step)
         state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
-                         ctx.info.world)
+                         ctx.info.world, step)
         after = self.last_eval or self._eval(model)
         return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at,
                       self.step)
@@ -159,14 +161,15 @@ class _Trainer:
         ctx = self.ctx
         batches = eval_batches(ctx.plan, ctx.reader, self.eval_pool, rank=ctx.info.rank,
                                world=ctx.info.world, lookahead_bytes=self.lookahead)
-        return evaluate(model, batches, ctx.plan, ctx.place,
-                        release=lambda b: self.eval_pool.release(b["image"]))
+        first = ctx.data.fields[0].name
+        return evaluate(model, batches, ctx.plan, ctx.place, ctx.objective, ctx.hooks.score,
+                        release=lambda b: self.eval_pool.release(b[first]))
 
     def _evaluate_before(self, model: torch.nn.Module) -> EvalResult | None:
         if self.ctx.start.promoted is None:
             return None
         before_model = model if self.ctx.start.from_parent else promoted_model(
-            self.ctx.registry, self.ctx.start, self.ctx.spec)
+            self.ctx.registry, self.ctx.start, self.ctx.spec, self.ctx.data)
         if before_model is None:
             return None
         result = self._eval(self.ctx.place.prepare(before_model))

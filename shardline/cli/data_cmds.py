@@ -51,7 +51,7 @@ def models(config: str = ConfigOpt, model: str | None = ModelOpt,
         cfg = preflight.config(config)
         store = _store()
         preflight.s3(store.settings)
-        arch = model or cfg.train.model
+        arch = model or cfg.train.registry_name
         hist = model_history(store, cfg.dataset.name, arch)
     except ShardlineError as exc:
         fail(exc, as_json)

@@ -43,7 +43,7 @@ def train_run(api: str, version: int, since: datetime) -> dict[str, Any] | None:
 def model_for(store: Any, cfg: Any, dataset_version: int) -> dict[str, Any] | None:
     from shardline.trainer.registry import ModelRegistry
 
-    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.model)
+    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
     for n in reversed(reg.numbers()):
         try:
             meta = reg.meta(n)

@@ -9,7 +9,8 @@ read as a number); a validator's message says the rule and the value found.
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 from pydantic.dataclasses import dataclass
@@ -18,9 +19,12 @@ from pydantic.json_schema import SkipJsonSchema
 from shardline.core.field_spec import RESERVED, FieldSpec, TargetSpec
 
 PARTITION_KEYS = ("batch", "label")
-# The trainer's model names (shardline.trainer.model.MODELS; a test keeps the two equal).
-# Checked here so a typo fails when the file is loaded, not after a dataset is ingested.
-MODEL_NAMES = ("cnn", "resnet")
+# The trainer's built-in model names (shardline.trainer.model.MODELS; a test keeps the two
+# equal). Checked here so a typo fails when the file is loaded, not after a dataset is
+# ingested; any other model is an import path "package.module:factory" (its shape is checked
+# here, nothing is imported at load time).
+MODEL_NAMES = ("cnn", "resnet", "mlp")
+IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 # Share of rows (by id hash, ``core.idhash``) held out for evaluation: [dataset]
 # holdout_fraction, fixed at ingest; [train] holdout_fraction defaults to the same value.
 HOLDOUT_FRACTION = 0.15
@@ -218,8 +222,8 @@ def declaration_problem(cfg: DatasetConfig) -> str | None:
 class TrainConfig:
     """Training settings ([train] in the TOML). Read by the trainer only."""
 
-    model: Str = Field(default="cnn", description=f"one of {list(MODEL_NAMES)}",
-                       json_schema_extra={"enum": list(MODEL_NAMES)})
+    model: Str = Field(default="cnn", description=f"a built-in ({', '.join(MODEL_NAMES)}) or "
+                       "the import path of your factory, package.module:function")
     width: Positive = 32
     depth: Positive = 2
     epochs: Positive = 3
@@ -246,13 +250,46 @@ class TrainConfig:
                                 description="env SHARDLINE_CACHE_MAX_GB overrides")
     fetch_threads: Positive = 4
     compile: Bool = False
+    model_args: dict[Str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the model factory "
+                                          "([train.model_args])")
+    name: Str | None = Field(
+        default=None, description="the registry's model name (models/<dataset>/<name>/); "
+                                  "default: the built-in's name or the factory's function name")
+    step: Str | None = Field(default=None, description="package.module:function(model, batch) "
+                             "-> loss or (loss, metrics): replaces the built-in loss")
+    score: Str | None = Field(default=None, description="package.module:function(model, batch) "
+                              "-> one score per row, higher is better: held-out evaluation "
+                              "and the gate")
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, v: str) -> str:
-        if v not in MODEL_NAMES:
-            raise ValueError(f"unknown model {v!r}; known models: {', '.join(MODEL_NAMES)}")
+        if v not in MODEL_NAMES and not IMPORT_PATH.fullmatch(v):
+            raise ValueError(f"unknown model {v!r}: use a built-in ({', '.join(MODEL_NAMES)}) "
+                             "or your factory's import path, package.module:function")
         return v
+
+    @field_validator("step", "score")
+    @classmethod
+    def _hook_path(cls, v: str | None) -> str | None:
+        if v is not None and not IMPORT_PATH.fullmatch(v):
+            raise ValueError(f"{v!r} is not an import path; write package.module:function")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _registry_name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError(f"model name {v!r} must be 1-64 letters, digits, '_', '.', '-' "
+                             "(it names a folder of the registry)")
+        return v
+
+    @property
+    def registry_name(self) -> str:
+        """The model's folder in the registry: ``name``, else the built-in's name or the
+        factory's function name."""
+        return self.name or self.model.rpartition(":")[2]
 
 
 @dataclass(frozen=True, config=_TABLE)

@@ -75,7 +75,7 @@ def test_incremental_training_continues_from_the_promoted_parent(
         "1", "2"}
     assert second.checkpoint == store.uri(f"models/digits/cnn/{second.model_version:06d}/")
     for key in ("config", "dataset_version", "parent_model_version", "metrics", "loader_state",
-                "code_version", "arch", "gate"):
+                "code_version", "build", "inputs", "objective", "gate"):
         assert key in meta, key
     assert meta["config"]["train"]["lr"] == cfg.train.lr
     json.dumps(second.to_dict())                      # the CLI prints exactly this

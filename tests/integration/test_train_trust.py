@@ -147,7 +147,7 @@ def test_optimizer_state_with_unknown_or_step_changing_fields_is_refused(
 def test_an_arch_beyond_the_limits_is_refused_before_it_is_built(
         store: ObjectStore, first_model: tuple[Config, ModelRegistry]) -> None:
     cfg, reg = first_model
-    _edit_meta(reg, lambda meta: meta["arch"].update({"width": 4_000_000}))
+    _edit_meta(reg, lambda meta: meta["build"]["args"].update({"width": 4_000_000}))
     with pytest.raises(UntrustedInput, match="width 4000000") as err:
         train(cfg, store, options=FAST)
     assert "model 1" in str(err.value) and "meta.json" in str(err.value)
