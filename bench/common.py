@@ -24,7 +24,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+# The checkout (bench/ is linked into the package as shardline.bench), or, from an installed
+# wheel, the folder the benchmark runs in: where results, data and the report go.
+_HERE = Path(__file__).resolve().parent
+ROOT = _HERE.parent if (_HERE.parent / "pyproject.toml").is_file() else Path.cwd()
 # Tests point these elsewhere (the data is rebuilt when missing, results are overwritten).
 RESULTS = Path(os.environ.get("SHARDLINE_BENCH_RESULTS") or ROOT / "bench" / "results")
 DATA = Path(os.environ.get("SHARDLINE_BENCH_DATA") or ROOT / ".shardline" / "bench")

@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import torch
 
-from bench.loader_data import SetFiles
+from shardline.bench.loader_data import SetFiles
 from shardline.core.config import TrainConfig
 from shardline.core.store import ObjectStore
 from shardline.trainer.cache import ShardCache

@@ -2,7 +2,7 @@
 Arrow IPC shards, shardline's Spark stage at local[1] and local[2] against a single-process
 pyarrow conversion of the same input, writing to local disk and to the S3 server.
 
-    .venv/bin/python -m bench.convert [--quick] [--records N] [--json]
+    .venv/bin/python -m shardline.bench.convert [--quick] [--records N] [--json]
     .venv/bin/shardline bench convert [--quick] [--json]
 
 The input is split over several objects (``--objects``, default 8), packed into Spark tasks
@@ -27,19 +27,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import convert_spark as cs  # noqa: E402
-from bench.common import bar, interleaved, machine, median, print_table, ratio, write_result  # noqa: E402
-from bench.convert_data import FORMATS, InputSpec, ensure_inputs  # noqa: E402
-from bench.convert_ref import pyarrow_convert  # noqa: E402
-from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings  # noqa: E402
-from shardline.core.folder_store import FolderStore  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.tasks.batch import Batch, Source  # noqa: E402
-from shardline.tasks.convert.stage import Converted  # noqa: E402
+from shardline.bench import convert_spark as cs
+from shardline.bench.common import (
+    bar,
+    interleaved,
+    machine,
+    median,
+    print_table,
+    ratio,
+    write_result,
+)
+from shardline.bench.convert_data import FORMATS, InputSpec, ensure_inputs
+from shardline.bench.convert_ref import pyarrow_convert
+from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings
+from shardline.core.folder_store import FolderStore
+from shardline.core.store import ObjectStore
+from shardline.tasks.batch import Batch, Source
+from shardline.tasks.convert.stage import Converted
 
 IN = "incoming/bench-convert"
 

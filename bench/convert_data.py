@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.common import DATA
+from shardline.bench.common import DATA
 
 FORMAT_VERSION = 1
 FORMATS = ("jsonl", "parquet")

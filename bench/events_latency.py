@@ -9,7 +9,7 @@ would send it (MinIO's own delivery delay is not part of them). The poller's lat
 dominated by where in its interval an upload lands (uniform in [0, interval]) plus one
 listing.
 
-    .venv/bin/python bench/events_latency.py [--uploads 20] [--interval 1.0]
+    .venv/bin/python -m shardline.bench.events_latency [--uploads 20] [--interval 1.0]
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import json
 import logging
 import random
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -30,17 +29,15 @@ from typing import Any
 import boto3
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from shardline.core.config import StoreSettings  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.infra import procs, services  # noqa: E402
-from shardline.infra.events.model import EventSink, ObjectCreated  # noqa: E402
-from shardline.infra.events.poll import run_poller  # noqa: E402
-from shardline.infra.events.sqs import run_consumer, sqs_client  # noqa: E402
-from shardline.infra.events.stopping import Stopper  # noqa: E402
-from shardline.infra.events.webhook import WebhookReceiver, WebhookSettings  # noqa: E402
+from shardline.bench.common import RESULTS
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.infra import procs, services
+from shardline.infra.events.model import EventSink, ObjectCreated
+from shardline.infra.events.poll import run_poller
+from shardline.infra.events.sqs import run_consumer, sqs_client
+from shardline.infra.events.stopping import Stopper
+from shardline.infra.events.webhook import WebhookReceiver, WebhookSettings
 
 TOKEN = "bench-token-0123456789abcdef"
 
@@ -156,7 +153,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--uploads", type=int, default=20)
     p.add_argument("--interval", type=float, default=1.0, help="poller interval (s)")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "events_latency.json")
+    p.add_argument("--out", type=Path, default=RESULTS / "events_latency.json")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="events-bench-"))

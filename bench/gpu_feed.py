@@ -12,7 +12,7 @@ their ratio (bar >= 0.95) and the share of wall time the loop waited for data.
 Without CUDA the same loop runs on CPU (float32, eager, fewer steps) so the script is
 exercised, and the GPU figure is reported as missing.
 
-    .venv/bin/python bench/gpu_feed.py [--json] [--steps N] [--rounds R]
+    .venv/bin/python -m shardline.bench.gpu_feed [--json] [--steps N] [--rounds R]
 """
 
 from __future__ import annotations
@@ -22,26 +22,29 @@ import functools
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import bar, interleaved, machine, median, print_table, ratio, write_result  # noqa: E402
-from bench.contenders import BATCH, ShardlineSet  # noqa: E402
-from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from shardline.core.config import StoreSettings  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.trainer.accel import apply_backends, compiled, plan_step  # noqa: E402
-from shardline.trainer.device import Placement, choose  # noqa: E402
-from shardline.trainer.dist import DistInfo  # noqa: E402
-from shardline.trainer.loop import _Running, train_step  # noqa: E402
-from shardline.trainer.model import arch, build_model  # noqa: E402
-from shardline.trainer.parent import make_optimizer  # noqa: E402
+from shardline.bench.common import (
+    bar,
+    interleaved,
+    machine,
+    median,
+    print_table,
+    ratio,
+    write_result,
+)
+from shardline.bench.contenders import BATCH, ShardlineSet
+from shardline.bench.loader_data import SetFiles, SetSpec, pixels
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.trainer.accel import apply_backends, compiled, plan_step
+from shardline.trainer.device import Placement, choose
+from shardline.trainer.dist import DistInfo
+from shardline.trainer.loop import RunningSums, train_step
+from shardline.trainer.model import arch, build_model
+from shardline.trainer.parent import make_optimizer
 
 
 class _OnDevice:
@@ -61,7 +64,7 @@ class _OnDevice:
 def _loop(model: torch.nn.Module, opt: torch.optim.Optimizer, place: Placement, batches: Any,
           owner: Any, steps: int, warmup: int) -> tuple[float, float]:
     """(samples/s, data-wait share) over ``steps`` timed steps after ``warmup`` steps."""
-    run = _Running(place.device)
+    run = RunningSums(place.device)
     for _ in range(warmup):
         train_step(model, opt, place, owner, next(batches), run)
     if place.cuda:

@@ -20,7 +20,7 @@ Variants, each over image side x batch size (default 32 and 224 px, batch 256 an
 Without CUDA the script runs a narrow CPU smoke (width 8, a few steps, small sizes): it
 exercises the code path; the GPU figures are reported as missing, never estimated.
 
-    .venv/bin/python bench/gpu_step.py [--json] [--steps N] [--sizes 32,224]
+    .venv/bin/python -m shardline.bench.gpu_step [--json] [--steps N] [--sizes 32,224]
                                        [--batches 256,512] [--variants fused:default,...]
 """
 
@@ -31,22 +31,17 @@ import json
 import sys
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import bar, machine, print_table, write_result  # noqa: E402
-from shardline.trainer.accel import StepPlan, apply_backends, compiled, plan_step  # noqa: E402
-from shardline.trainer.device import Placement, choose  # noqa: E402
-from shardline.trainer.dist import DistInfo  # noqa: E402
-from shardline.trainer.loop import _Running, train_step  # noqa: E402
-from shardline.trainer.model import arch, build_model  # noqa: E402
-from shardline.trainer.parent import make_optimizer  # noqa: E402
+from shardline.bench.common import bar, machine, print_table, write_result
+from shardline.trainer.accel import StepPlan, apply_backends, compiled, plan_step
+from shardline.trainer.device import Placement, choose
+from shardline.trainer.dist import DistInfo
+from shardline.trainer.loop import RunningSums, train_step
+from shardline.trainer.model import arch, build_model
+from shardline.trainer.parent import make_optimizer
 
 CLASSES = 10
 BAR_SAMPLES_PER_S = 55_000.0          # 32 px, batch 256, H100-class GPU (issue 14)
@@ -91,7 +86,7 @@ def measure(place: Placement, plan: StepPlan, side: int, batch: int, width: int,
     model = compiled(model, plan)
     model.train()
     feed = _Synthetic(place, side, batch)
-    run = _Running(place.device)
+    run = RunningSums(place.device)
     for _ in range(warmup):
         train_step(model, opt, place, feed, feed.batch, run)  # type: ignore[arg-type]
     if place.cuda:

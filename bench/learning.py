@@ -11,7 +11,7 @@ Targets (the issue's): the incremental model within 1 point of the scratch model
 accuracy, its last step processing <= 25 % of the scratch run's samples, and <= 1 point lost
 on earlier uploads' held-out data (vs the scratch model on the same rows).
 
-    .venv/bin/python bench/learning.py [--uploads 8] [--epochs 3] [--seeds 0 1 2]
+    .venv/bin/python -m shardline.bench.learning [--uploads 8] [--epochs 3] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -29,21 +29,18 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from shardline.bench.common import RESULTS
+from shardline.bench.digits_data import digits, digits_config, publish_version
+from shardline.core.config import Config, StoreSettings, TrainConfig
+from shardline.core.store import ObjectStore
+from shardline.infra import procs, services
+from shardline.trainer.evaluate import EvalResult
+from shardline.trainer.options import RunOptions
+from shardline.trainer.run import TrainResult, train
 
-from shardline.core.config import Config, StoreSettings, TrainConfig  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.infra import procs, services  # noqa: E402
-from shardline.trainer.evaluate import EvalResult  # noqa: E402
-from shardline.trainer.options import RunOptions  # noqa: E402
-from shardline.trainer.run import TrainResult, train  # noqa: E402
+# digits_data writes real label-partitioned Arrow shards and commits real manifests, so
+# this benchmark needs neither Spark nor the ingest pipeline.
 
-# The test helper writes real label-partitioned Arrow shards and commits real manifests,
-# so this benchmark needs neither Spark nor the ingest pipeline.
-from tests.integration.trainer_data import digits, digits_config, publish_version  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 
 
 def drifting_uploads(n_uploads: int, seed: int) -> list[np.ndarray]:

@@ -1,7 +1,7 @@
 """Loader benchmark: shardline's trainer loader against raw and classic ways of feeding
 shuffled uint8 batches, on a small-image set S and a large-image set L.
 
-    .venv/bin/python -m bench.loader [--quick] [--scale F] [--json]
+    .venv/bin/python -m shardline.bench.loader [--quick] [--scale F] [--json]
     .venv/bin/shardline bench loader [--quick] [--json]
 
 Every contender delivers the same thing (uint8 [256, C, H, W] tensor + int64 labels,
@@ -26,13 +26,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import contenders as C  # noqa: E402
-from bench import loader_cold, peers  # noqa: E402
-from bench.common import (  # noqa: E402
+from shardline.bench import contenders as C
+from shardline.bench import loader_cold, peers
+from shardline.bench.common import (
     PeakMemory,
     bar,
     interleaved,
@@ -43,8 +39,8 @@ from bench.common import (  # noqa: E402
     ratio,
     write_result,
 )
-from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from shardline.trainer.options import LoaderSpec  # noqa: E402
+from shardline.bench.loader_data import SetFiles, SetSpec, pixels
+from shardline.trainer.options import LoaderSpec
 
 REFERENCE = "raw_arrow"
 # Contenders whose package is not installed (pip install -e '.[bench]' torch==2.13.0).

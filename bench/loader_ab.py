@@ -1,6 +1,6 @@
 """The S loader against raw mmap Arrow in one process, and where its time goes.
 
-    .venv/bin/python -m bench.loader_ab [--rows N] [--rounds R] [--seconds S] [--profile]
+    .venv/bin/python -m shardline.bench.loader_ab [--rows N] [--rounds R] [--seconds S] [--profile]
 
 Interleaved rounds (``bench.common``) of ``shardline`` (the trainer's loader, defaults as
 ``bench.loader``), ``shardline_noarena`` (the same without the shard arena: one ``take`` per
@@ -20,20 +20,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import contenders as C  # noqa: E402
-from bench import peers  # noqa: E402
-from bench.common import interleaved, machine, median, rate, ratio, write_result  # noqa: E402
-from bench.loader_data import SetFiles, SetSpec, pixels  # noqa: E402
-from shardline.core.config import StoreSettings  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
-from shardline.trainer.options import LoaderSpec  # noqa: E402
+from shardline.bench import contenders as C
+from shardline.bench import peers
+from shardline.bench.common import interleaved, machine, median, rate, ratio, write_result
+from shardline.bench.loader_data import SetFiles, SetSpec, pixels
+from shardline.core.config import StoreSettings
+from shardline.core.store import ObjectStore
+from shardline.trainer.options import LoaderSpec
 
 
 def _set(rows: int, name: str = "S") -> SetFiles:

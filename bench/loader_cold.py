@@ -23,16 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.common import interleaved, median, ratio, write_result  # noqa: E402
-from bench.contenders import ShardlineSet  # noqa: E402
-from bench.loader_data import SetFiles  # noqa: E402
-from shardline.core.config import TrainConfig  # noqa: E402
-from shardline.core.manifest import ShardEntry  # noqa: E402
-from shardline.core.store import ObjectStore  # noqa: E402
+from shardline.bench.common import interleaved, median, ratio, write_result
+from shardline.bench.contenders import ShardlineSet
+from shardline.bench.loader_data import SetFiles
+from shardline.core.config import TrainConfig
+from shardline.core.manifest import ShardEntry
+from shardline.core.store import ObjectStore
 
 
 def upload(store: ObjectStore, files: SetFiles, compression: str = "none"
@@ -140,7 +136,7 @@ def measure(files: SetFiles, store: ObjectStore, scratch: Path, rounds: int,
     return out
 
 
-# -- standalone: python -m bench.loader_cold [--set S|L] [--quick] [--pin off|on|both] ----
+# -- standalone: python -m shardline.bench.loader_cold [--set S|L] [--quick] [--pin ...] --
 def set_affinity(pid: int, cpus: set[int]) -> None:
     """Pin every thread of process ``pid`` (0: this one) to ``cpus``; threads started later
     inherit it from the thread that starts them."""
@@ -168,8 +164,8 @@ class Pinning:
 
 def run(set_name: str, quick: bool, pin: str, rounds: int, previous: bool = False,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
-    from bench.common import machine
-    from bench.loader_data import SetSpec, pixels
+    from shardline.bench.common import machine
+    from shardline.bench.loader_data import SetSpec, pixels
     from shardline.core.config import StoreSettings
     from shardline.infra import procs, services
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from bench.common import DATA
+from shardline.bench.common import DATA
 from shardline.core import layout
 from shardline.core.builder import NewBatch, build_version
 from shardline.core.config import DatasetConfig, ImageSpec, ShardSpec, config_to_dict

@@ -146,7 +146,7 @@ def ensure(name: str, root: Path, raw: Path, shape: tuple[int, int, int]) -> Pat
     stdout (which carries the JSON result); the child's stdout goes to our stderr."""
     out, done = root / name, root / f".done-{name}"
     if not done.exists():
-        subprocess.run([sys.executable, "-m", "bench.peers", name, str(raw), str(out),
+        subprocess.run([sys.executable, "-m", "shardline.bench.peers", name, str(raw), str(out),
                         ",".join(map(str, shape))], check=True, stdout=sys.stderr,
                        cwd=Path(__file__).resolve().parents[1])
         done.touch()
@@ -166,7 +166,7 @@ def best_peer_ratio(values: dict[str, list[float]], name: str = "shardline") -> 
     return pairs[mid] if len(pairs) % 2 else (pairs[mid - 1] + pairs[mid]) / 2
 
 
-if __name__ == "__main__":    # python -m bench.peers NAME RAW OUT H,W,C (see ``ensure``)
+if __name__ == "__main__":    # python -m shardline.bench.peers NAME RAW OUT H,W,C (see ``ensure``)
     _name, _raw, _out, _shape = sys.argv[1:5]
     h, w, c = (int(x) for x in _shape.split(","))
     WRITERS[_name](Path(_raw), (h, w, c), Path(_out))

@@ -13,7 +13,7 @@ manifest. Rounds run one after another (each waits for its training to finish); 
 is the cold one (first flow run of each deployment: the worker's first process start and
 import, Spark's first job), later rounds are warm.
 
-    .venv/bin/python -m bench.pipeline [--rounds 3] [--drop-mb 10] [--debounce 5]
+    .venv/bin/python -m shardline.bench.pipeline [--rounds 3] [--drop-mb 10] [--debounce 5]
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench import pipeline_hops as hops_mod
-from bench.common import RESULTS, bar, machine, median, print_table, write_result
+from shardline.bench import pipeline_hops as hops_mod
+from shardline.bench.common import RESULTS, bar, machine, median, print_table, write_result
 from shardline.infra.waiting import wait_for
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}

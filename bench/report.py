@@ -4,21 +4,16 @@ The prose lives in ``bench/report_template.md``; ``{name}`` placeholders there a
 with tables and figures built here. Plots are PNGs under ``docs/bench/``. The scale section
 (``bench/scale_report.py`` writes it, between its markers) is kept as it is.
 
-    .venv/bin/python -m bench.report
+    .venv/bin/python -m shardline.bench.report
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.common import RESULTS, fmt, print_table  # noqa: E402
+from shardline.bench.common import RESULTS, ROOT, fmt, print_table
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOTS = ROOT / "docs" / "bench"
@@ -73,7 +68,7 @@ def _convert_table(r: dict[str, Any]) -> str:
 
 def _peers(loader: dict[str, Any]) -> dict[str, str]:
     """shardline against the best peer per set, and why a peer did not run."""
-    from bench.peers import PEERS
+    from shardline.bench.peers import PEERS
 
     rows = []
     for name in ("S", "L"):
@@ -150,7 +145,7 @@ def plots(loader: dict[str, Any] | None, convert: dict[str, Any] | None) -> dict
 
 
 def _pipeline_tables(r: dict[str, Any]) -> dict[str, str]:
-    from bench.pipeline import HOPS
+    from shardline.bench.pipeline import HOPS
 
     rounds = r["rounds"]
     cols = ["hop"] + [f"round {x['round']}" for x in rounds]

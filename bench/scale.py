@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import DATA, ROOT, machine
-from bench.scale_data import config, extend_history, plan_history, upload
+from shardline.bench.common import DATA, ROOT, machine
+from shardline.bench.scale_data import config, extend_history, plan_history, upload
 from shardline.core import layout
 from shardline.core.config import StoreSettings, config_to_dict
 from shardline.core.store import ObjectStore
@@ -90,8 +90,8 @@ def _stage(stage: str, params: dict[str, Any], work: Path) -> dict[str, Any]:
     pf, out = work / f"{stage}.params.json", work / f"{stage}.out.json"
     pf.write_text(json.dumps(params, default=str))
     env = dict(os.environ, GX_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "bench.scale_stages", stage, str(pf), str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    cmd = [sys.executable, "-m", "shardline.bench.scale_stages", stage, str(pf), str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"stage {stage} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(out.read_text())
@@ -123,7 +123,7 @@ def chain(srv: Servers, cfg: Any, rows: int, history: int, history_rows: int, wo
 
 def synthetic(sizes: Sizes, work: Path, log: Callable[[str], None]) -> dict[str, Any]:
     """The duplicate check against big id indexes, the plan over a 100k-shard history."""
-    from bench.scale_ids import build
+    from shardline.bench.scale_ids import build
 
     out: dict[str, Any] = {"ids": [], "plan": {}}
     work.mkdir(parents=True, exist_ok=True)
@@ -156,7 +156,7 @@ def _guard(result: dict[str, Any], what: str, fn: Callable[[], Any],
            say: Callable[[str], None]) -> Any:
     """Run one point; a failure is recorded (and the point left out), the sweep goes on.
     The partial result is saved after every point."""
-    from bench.common import write_result
+    from shardline.bench.common import write_result
 
     try:
         return fn()
@@ -170,7 +170,7 @@ def _guard(result: dict[str, Any], what: str, fn: Callable[[], Any],
 
 def run(quick: bool = False, log: Callable[[str], None] | None = None,
         budget_s: float | None = 25 * 60) -> dict[str, Any]:
-    from bench.scale_fit import analyse
+    from shardline.bench.scale_fit import analyse
 
     say = log or (lambda s: print(s, file=sys.stderr, flush=True))
     sizes = QUICK if quick else FULL

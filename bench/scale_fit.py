@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import bar
-from bench.scale_store import total
+from shardline.bench.common import bar
+from shardline.bench.scale_store import total
 
 OPS = ("get", "head", "list", "put", "copy", "delete")
 # what each stage's row stands for, and why its cost follows what it follows

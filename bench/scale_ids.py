@@ -7,7 +7,7 @@ batch of ``--new`` ids (``--overlap`` of them already published) through
 peak. The folder stands in for the bucket (``FolderStore``: ranged reads of local files),
 so the numbers are the driver's own work and memory, not S3 latency.
 
-    python -m bench.scale_ids --ids 10000000 --batches 100 --dir /tmp/ids10m
+    python -m shardline.bench.scale_ids --ids 10000000 --batches 100 --dir /tmp/ids10m
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
     build(a.dir, a.ids, a.batches)
     print(f"built {a.ids} ids in {a.batches} files: {time.perf_counter() - t0:.1f} s",
           flush=True)
-    out = subprocess.run([sys.executable, "-m", "bench.scale_ids", "--check-only",
+    out = subprocess.run([sys.executable, "-m", "shardline.bench.scale_ids", "--check-only",
                           *sys.argv[1:]], check=True, capture_output=True, text=True)
     print(out.stdout.strip())
 

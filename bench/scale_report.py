@@ -5,7 +5,7 @@ The section sits between two markers in ``docs/benchmarks.md`` (``bench.report``
 them) and is replaced in place (appended the first time), so the rest of the file, which
 ``bench/report.py`` generates, is left alone; that rewrite keeps the section in turn.
 
-    .venv/bin/python -m bench.scale_report [bench/results/scale.json]
+    .venv/bin/python -m shardline.bench.scale_report [bench/results/scale.json]
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, fmt, print_table
-from bench.report import SCALE_BEGIN as BEGIN
-from bench.report import SCALE_END as END
-from bench.report import md_table
+from shardline.bench.common import RESULTS, ROOT, fmt, print_table
+from shardline.bench.report import SCALE_BEGIN as BEGIN
+from shardline.bench.report import SCALE_END as END
+from shardline.bench.report import md_table
 
 DOC = ROOT / "docs" / "benchmarks.md"
 IMG = ROOT / "docs" / "img"
@@ -189,7 +189,7 @@ def section(result: dict[str, Any], images: dict[str, str]) -> str:
         "`bench/results/scale.json`; `--quick` runs CI-sized sweeps (tested in "
         "`tests/integration/test_bench_scale.py`). The section sits between markers: "
         "`bench/report.py` keeps it as it is when it rewrites the rest of this file, and "
-        "`python -m bench.scale_report` replaces it from the last result.", "",
+        "`python -m shardline.bench.scale_report` replaces it from the last result.", "",
         "**Method.** Every stage runs once per point, in its own process (set-up untimed; "
         "peak RSS sampled every 5 ms while the stage runs, so no stage's memory shows in "
         "another's), through the real code on a private moto S3 server and a Spark Connect "
@@ -264,7 +264,7 @@ def print_tables(result: dict[str, Any], stderr: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    from bench.scale_fit import analyse
+    from shardline.bench.scale_fit import analyse
 
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "scale.json"
     res = json.loads(path.read_text())

@@ -1,6 +1,6 @@
 """One stage of one scale-bench measurement, in its own process:
 
-    python -m bench.scale_stages <stage> <params.json> <out.json>
+    python -m shardline.bench.scale_stages <stage> <params.json> <out.json>
 
 The process sets the stage up (imports, inputs read from the work folder, nothing timed),
 takes its resident memory, runs the stage once, and writes wall and CPU seconds, its peak
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from bench.scale_store import Counts, counting, counting_folder
+from shardline.bench.scale_store import Counts, counting, counting_folder
 from shardline.core.config import StoreSettings, parse_config
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore

@@ -8,6 +8,7 @@ lists, claims) can be told apart from its reads of the new data.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,8 @@ def kind_of(key: str) -> str:
     return "other"
 
 
-class Counts(counting_store.Counts):
-    """Requests and bytes per (operation, kind of key: :data:`KINDS`); thread-safe."""
-
-    def __init__(self) -> None:
-        super().__init__(kind_of)
+# Requests and bytes per (operation, kind of key: KINDS); thread-safe.
+Counts = functools.partial(counting_store.Counts, kind_of)
 
 
 def total(counts: dict[str, Any], op: str, kinds: Iterable[str] | None = None,

@@ -56,7 +56,7 @@ class LoopHooks:
     is_main: bool = True
 
 
-class _Running:
+class RunningSums:
     """Device-side sums since the last read-back."""
 
     def __init__(self, device: torch.device) -> None:
@@ -108,7 +108,7 @@ def _image_label_step() -> Step:
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, place: Placement,
-               stream: ShardStream, batch: Batch, run: _Running, step: Step | None = None
+               stream: ShardStream, batch: Batch, run: RunningSums, step: Step | None = None
                ) -> None:
     """One optimizer step on ``batch`` (``step``: :func:`make_step`'s; default: image and
     class label, as the benchmarks feed)."""
@@ -139,7 +139,7 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
              world: int, step: Step) -> LoopState:
     """Train until the loader is exhausted (all epochs); returns the updated ``state``."""
     model.train()
-    interval = _Running(place.device)
+    interval = RunningSums(place.device)
     t_point, wait_point, logged = time.perf_counter(), 0.0, len(state.steps)
     it = iter(loader)
     while True:
@@ -161,7 +161,7 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
         state.wall_s += time.perf_counter() - t0
         if state.step % hooks.curve_every == 0 or state.step % hooks.log_every == 0 or epoch_end:
             _add_point(state, interval, epoch, time.perf_counter() - t_point, wait_point, world)
-            interval = _Running(place.device)
+            interval = RunningSums(place.device)
             t_point, wait_point = time.perf_counter(), 0.0
         if (state.step % hooks.log_every == 0 or epoch_end) and hooks.is_main:
             _log(state.steps[logged:], state.step, epoch)
@@ -180,7 +180,7 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
     return state
 
 
-def _add_point(state: LoopState, run: _Running, epoch: int, seconds: float, wait: float,
+def _add_point(state: LoopState, run: RunningSums, epoch: int, seconds: float, wait: float,
                world: int) -> None:
     loss, acc = run.read()
     state.steps.append({"step": state.step, "epoch": epoch, "loss": loss, "train_accuracy": acc,

@@ -1,4 +1,4 @@
-"""``shardline bench``: the benchmarks under ``bench/`` (a source checkout only).
+"""``shardline bench``: the benchmarks (``shardline.bench``, the checkout's ``bench/``).
 
     shardline bench loader  [--quick] [--json]    loader throughput, cold cache, memory
     shardline bench convert [--quick] [--json]    Spark conversion vs single-process pyarrow
@@ -8,8 +8,9 @@
     shardline bench scale   [--quick] [--json]    stage costs vs history and new data
     shardline bench all     [--quick] [--json]    the above but learning, then the report
 
-Results go to ``bench/results/*.json``; ``all`` without ``--quick`` also rewrites
-``docs/benchmarks.md`` and its plots. With ``--json`` stdout carries exactly one JSON
+Results go to ``bench/results/*.json`` (of the checkout; from an installed wheel, of the
+current folder); ``all`` without ``--quick`` also rewrites ``docs/benchmarks.md`` and its
+plots. With ``--json`` stdout carries exactly one JSON
 object (tables go to stderr).
 """
 
@@ -18,27 +19,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import typer
-
-ROOT = Path(__file__).resolve().parents[2]
 
 QuickOpt = typer.Option(False, "--quick", help="CI-sized run (about a minute)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON object on stdout")
 
 
-def _bench_path() -> None:
-    """Make the checkout's ``bench`` package importable (it is not installed)."""
-    if not (ROOT / "bench" / "loader.py").is_file():
-        from shardline.cli.output import err
-
-        err.print(f"[bold red]error:[/] bench/ not found under {ROOT}; the benchmarks run "
-                  "from a source checkout")
-        raise typer.Exit(1)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+def _bench_env() -> None:
+    """Quiet the benchmarks' dependencies (analytics, network look-ups)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
@@ -50,8 +40,8 @@ def _emit(result: dict[str, Any], as_json: bool, printer: Any) -> None:
 
 
 def _loader(quick: bool, scale: float = 1.0, rounds: int | None = None) -> dict[str, Any]:
-    from bench import loader
-    from bench.common import write_result
+    from shardline.bench import loader
+    from shardline.bench.common import write_result
 
     r = loader.run(quick, scale, rounds)
     write_result("loader-quick" if quick else "loader", r)
@@ -59,8 +49,8 @@ def _loader(quick: bool, scale: float = 1.0, rounds: int | None = None) -> dict[
 
 
 def _convert(quick: bool) -> dict[str, Any]:
-    from bench import convert
-    from bench.common import write_result
+    from shardline.bench import convert
+    from shardline.bench.common import write_result
 
     r = convert.run(quick)
     write_result("convert-quick" if quick else "convert", r)
@@ -69,8 +59,8 @@ def _convert(quick: bool) -> dict[str, Any]:
 
 def _pipeline(quick: bool, rounds: int | None = None, drop_mb: float = 10.0,
               debounce: int = 1) -> dict[str, Any]:
-    from bench import pipeline
-    from bench.common import write_result
+    from shardline.bench import pipeline
+    from shardline.bench.common import write_result
 
     r = pipeline.run(rounds or (2 if quick else 3), drop_mb, debounce)
     write_result("pipeline-quick" if quick else "pipeline", r)
@@ -78,8 +68,8 @@ def _pipeline(quick: bool, rounds: int | None = None, drop_mb: float = 10.0,
 
 
 def _gpu(quick: bool) -> dict[str, Any]:
-    from bench import gpu_feed
-    from bench.common import write_result
+    from shardline.bench import gpu_feed
+    from shardline.bench.common import write_result
 
     r = gpu_feed.run(rounds=3 if quick else 5, rows=10_000 if quick else 50_000)
     write_result("gpu-quick" if quick else "gpu", r)
@@ -87,13 +77,13 @@ def _gpu(quick: bool) -> dict[str, Any]:
 
 
 def _scale(quick: bool, report: bool, budget_min: float | None = 25.0) -> dict[str, Any]:
-    from bench import scale
-    from bench.common import write_result
+    from shardline.bench import scale
+    from shardline.bench.common import write_result
 
     r = scale.run(quick, budget_s=None if budget_min is None else budget_min * 60)
     write_result("scale-quick" if quick else "scale", r)
     if report:
-        from bench import scale_report
+        from shardline.bench import scale_report
 
         r["report"] = str(scale_report.write_section(r))
     return r
@@ -110,16 +100,16 @@ def register(app: typer.Typer) -> None:
                    rounds: int = typer.Option(None, "--rounds", help="interleaved rounds "
                                               "(default 5, 3 with --quick)")) -> None:
         """Loader throughput (S and L sets), first epoch from S3, peak memory."""
-        _bench_path()
-        from bench.loader import print_tables
+        _bench_env()
+        from shardline.bench.loader import print_tables
 
         _emit(_loader(quick, scale, rounds), as_json, print_tables)
 
     @bench.command("convert")
     def convert_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
         """Spark conversion at local[1]/local[2] vs single-process pyarrow."""
-        _bench_path()
-        from bench.convert import print_tables
+        _bench_env()
+        from shardline.bench.convert import print_tables
 
         _emit(_convert(quick), as_json, print_tables)
 
@@ -132,16 +122,16 @@ def register(app: typer.Typer) -> None:
                                                   "trigger waits (shardline deploy's default: 1)"),
                      ) -> None:
         """Upload -> event -> version -> training started on the embedded stack, per hop."""
-        _bench_path()
-        from bench.pipeline import print_tables
+        _bench_env()
+        from shardline.bench.pipeline import print_tables
 
         _emit(_pipeline(quick, rounds, drop_mb, debounce), as_json, print_tables)
 
     @bench.command("gpu")
     def gpu_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
         """ResNet-18 fed by the loader vs synthetic on-device batches (CPU without CUDA)."""
-        _bench_path()
-        from bench.common import print_table
+        _bench_env()
+        from shardline.bench.common import print_table
 
         r = _gpu(quick)
         _emit(r, as_json, lambda res, stderr: print_table(
@@ -153,8 +143,8 @@ def register(app: typer.Typer) -> None:
                                                  "ignore_unknown_options": True})
     def learning_cmd(ctx: typer.Context) -> None:
         """Learning quality (bench/learning.py; extra arguments are passed through)."""
-        _bench_path()
-        from bench import learning
+        _bench_env()
+        from shardline.bench import learning
 
         raise typer.Exit(learning.main(list(ctx.args)))
 
@@ -169,8 +159,8 @@ def register(app: typer.Typer) -> None:
                   ) -> None:
         """Each stage's time, CPU, peak memory and object-store traffic as the history
         (versions) and the new data (rows, classes) grow; slopes and O(new)/O(history)."""
-        _bench_path()
-        from bench.scale_report import print_tables
+        _bench_env()
+        from shardline.bench.scale_report import print_tables
 
         _emit(_scale(quick, (not quick) if report is None else report, budget_min), as_json,
               print_tables)
@@ -179,8 +169,8 @@ def register(app: typer.Typer) -> None:
     def all_cmd(quick: bool = QuickOpt, as_json: bool = JsonOpt) -> None:
         """loader + convert + pipeline + gpu; without --quick also rewrites
         docs/benchmarks.md."""
-        _bench_path()
-        from bench import convert, loader, pipeline, report
+        _bench_env()
+        from shardline.bench import convert, loader, pipeline, report
 
         parts = {"loader": _loader(quick), "convert": _convert(quick),
                  "pipeline": _pipeline(quick), "gpu": _gpu(quick)}

@@ -42,39 +42,31 @@ class Store(Protocol):
 
     def uri(self, key: str) -> str:
         """Where ``key`` lives, for messages (``s3://bucket/key``, a path)."""
-        ...
 
     def fsspec_url(self, key: str) -> tuple[str, dict[str, Any]]:
         """``(url, storage_options)`` through which fsspec (zarr) reaches ``key``."""
-        ...
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         """Every object whose key starts with ``prefix``, in key order."""
-        ...
 
     def list_prefixes(self, prefix: str) -> builtins.list[str]:
         """Immediate "sub-folders" of ``prefix`` (common prefixes up to the next '/')."""
-        ...
 
     def head(self, key: str) -> ObjectInfo | None:
         """The object's record, or None when it does not exist."""
-        ...
 
     def get_bytes(self, key: str, range_: tuple[int, int] | None = None, *,
                   if_match: str | None = None) -> bytes:
         """The object's bytes (or the inclusive range ``range_``), of the version
         ``if_match`` names when given (else :class:`ObjectChanged`)."""
-        ...
 
     def stream(self, key: str, *, if_match: str | None = None, chunk_bytes: int = 8 << 20,
                ) -> tuple[ObjectInfo, ByteStream]:
         """One read of the whole object: its record now, its bytes as chunks."""
-        ...
 
     def read_into(self, key: str, buf: memoryview, sink: Sink) -> Received:
         """Receive the whole object through ``buf``: each filled part is handed to
         ``sink`` (valid only during the call) before ``buf`` is reused."""
-        ...
 
     def get_json(self, key: str) -> Any:
         ...
@@ -85,21 +77,18 @@ class Store(Protocol):
         """Write an object; returns its ETag. ``if_none_match``: only if absent
         (else :class:`ObjectExists`); ``if_match``: only over that ETag (else
         :class:`ObjectChanged`)."""
-        ...
 
     def put_json(self, key: str, obj: Any, **kwargs: Any) -> str:
         ...
 
     def upload_file(self, key: str, path: str) -> None:
         """Write a local file as an object without holding it in memory (unconditional)."""
-        ...
 
     def copy(self, src: str, dst: str) -> None:
         ...
 
     def delete(self, keys: Iterable[str]) -> int:
         """Delete ``keys`` (missing ones are no error); returns how many were asked."""
-        ...
 
 
 class JsonMethods(Store):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.loader_cold import Pinning
+from shardline.bench.loader_cold import Pinning
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_CPUS = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
@@ -53,8 +53,8 @@ def test_pinning_moves_every_thread_of_both_processes_and_back() -> None:
 def test_standalone_quick_run_reports_pinned_and_unpinned_ratios(tmp_path: Path) -> None:
     env = dict(os.environ, SHARDLINE_BENCH_DATA=str(tmp_path / "data"),
                SHARDLINE_BENCH_RESULTS=str(tmp_path / "results"))
-    proc = subprocess.run([sys.executable, "-m", "bench.loader_cold", "--set", "S", "--quick",
-                           "--pin", "both", "--previous", "--rounds", "1", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "shardline.bench.loader_cold", "--set", "S",
+                           "--quick", "--pin", "both", "--previous", "--rounds", "1", "--json"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)

@@ -8,6 +8,7 @@ The wheel is built from a copy of the package's sources (not in the shared check
 from __future__ import annotations
 
 import email
+import json
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from shardline import resources
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "prefect.yaml", "examples", "shardline",
-           "flows", "tasks", "trainer", "infra")
+           "flows", "tasks", "trainer", "infra", "bench")
 PY312 = [p for p in (Path("/root/.pyenv/versions/3.12.1/bin/python"),
                      Path(shutil.which("python3.12") or "/nonexistent")) if p.is_file()]
 pytestmark = pytest.mark.timeout(600)
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.timeout(600)
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(wheel path, the build's verbose output)."""
     src = tmp_path_factory.mktemp("src")
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "results")
     for name in SOURCES:
         p = ROOT / name
         if p.is_dir():
@@ -75,7 +76,7 @@ def test_the_top_level_holds_only_shardline_and_its_dist_info(built: tuple[Path,
 def test_the_mapped_packages_and_the_data_files_are_inside(built: tuple[Path, str]) -> None:
     wheel, _ = built
     names = set(_names(wheel))
-    for pkg in ("tasks", "trainer", "flows", "infra", "core", "cli"):
+    for pkg in ("tasks", "trainer", "flows", "infra", "core", "cli", "bench"):
         assert f"shardline/{pkg}/__init__.py" in names, pkg
     assert "shardline/tasks/convert/__init__.py" in names
     assert "shardline/trainer/run.py" in names
@@ -133,6 +134,48 @@ def test_the_wheel_installs_and_imports_on_python_312(built: tuple[Path, str],
     assert yaml == f"{site}/prefect.yaml" and toml == f"{site}/examples/digits.toml"
     assert project == site
     assert (venv / "bin" / "shardline").is_file()
+
+
+# What `shardline bench` imports, resolved from the installed wheel alone: the bench CLI and
+# every part it runs, the report's template, results under the folder it runs in.
+BENCH_PROBE = """
+import json, os, sys
+import shardline, shardline.cli.bench_cmd, shardline.cli.main
+from shardline.bench import (common, convert, gpu_feed, learning, loader, pipeline, report,
+                             scale, scale_report)
+from typer.testing import CliRunner
+help = CliRunner().invoke(shardline.cli.main.app, ["bench", "--help"])
+print(json.dumps({"path": sys.path, "files": [m.__file__ for m in (shardline, loader, scale)],
+                  "template": report.TEMPLATE.is_file(), "root": str(common.ROOT),
+                  "help": help.output, "code": help.exit_code}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_shardline_bench_runs_from_the_installed_wheel(built: tuple[Path, str],
+                                                       tmp_path: Path) -> None:
+    """The wheel holds the benchmarks as ``shardline.bench``; installed alone (--target, its
+    dependencies from this environment), the bench command and its parts import from the
+    installed copy with the checkout nowhere on ``sys.path``."""
+    names = set(_names(built[0]))
+    assert {"shardline/bench/__init__.py", "shardline/bench/loader.py",
+            "shardline/bench/report_template.md"} <= names
+    assert not [n for n in names if n.startswith("shardline/bench/results")]
+    target, work = tmp_path / "site", tmp_path / "work"
+    work.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(target), str(built[0])], check=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(target))
+    run = subprocess.run([sys.executable, "-c", BENCH_PROBE], cwd=work, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    checkout = str(ROOT.resolve())
+    assert not [p for p in got["path"] if os.path.isabs(p) and str(Path(p).resolve()).startswith(
+        checkout)]
+    assert all(f.startswith(str(target / "shardline")) for f in got["files"]), got["files"]
+    assert got["template"] and got["root"] == str(work)
+    assert got["code"] == 0 and "loader" in got["help"] and "scale" in got["help"]
 
 
 def test_in_a_checkout_the_data_files_are_the_top_level_ones() -> None:

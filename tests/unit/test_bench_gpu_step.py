@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bench import gpu_step
+from shardline.bench import gpu_step
 
 
 def test_variant_plans_follow_the_trainer_decisions() -> None:

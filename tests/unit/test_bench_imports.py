@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("module", ["bench.loader", "bench.gpu_feed", "bench.gpu_step",
-                                    "bench.loader_ab"])
+@pytest.mark.parametrize("module", ["shardline.bench.loader", "shardline.bench.gpu_feed",
+                                    "shardline.bench.gpu_step", "shardline.bench.loader_ab"])
 def test_bench_module_imports_no_spark_prefect_or_peers(module: str) -> None:
     code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.report import SCALE_BEGIN, SCALE_END, keep_scale_section, write_report
+from shardline.bench.report import SCALE_BEGIN, SCALE_END, keep_scale_section, write_report
 
 SECTION = (f"{SCALE_BEGIN}\n## 6. Scale\n\n| stage | k |\n|:--|--:|\n| `plan` | 0.02 |\n\n"
            f"{SCALE_END}")

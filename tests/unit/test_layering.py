@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "shardline"
 # The namespace's sub-packages that live in top-level folders (installed as shardline.X).
-MAPPED = ("flows", "tasks", "trainer", "infra")
+MAPPED = ("flows", "tasks", "trainer", "infra", "bench")
 
 
 def _module_files() -> dict[str, Path]:
@@ -152,11 +152,59 @@ def test_nothing_imports_the_cli() -> None:
     assert bench == []
 
 
+def test_only_the_bench_command_imports_the_benchmarks() -> None:
+    """The benchmarks are an installed sub-package (``shardline.bench``) that one CLI module
+    imports normally; nothing reaches them through ``sys.path``."""
+    users = {m for m, imps in IMPORTS.items() if not _in(m, "shardline.bench")
+             and any(_in(i, "shardline.bench", "bench") for i in imps)}
+    assert users == {"shardline.cli.bench_cmd"}
+    edits = sorted(m for m, p in MODULES.items()
+                   if "sys.path.insert" in p.read_text() or "sys.path.append" in p.read_text())
+    assert edits == []
+
+
+def _private_uses(path: Path) -> list[str]:
+    """``_name``s a module takes from our other modules: ``from shardline.x import _y`` or
+    ``mod._y`` on a module it imported from ``shardline``."""
+    tree = ast.parse(path.read_text())
+    modules: set[str] = set()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shardline"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{node.module}.{a.name}")
+                elif f"{node.module}.{a.name}" in MODULES:
+                    modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names
+                           if a.asname and a.name.startswith("shardline"))
+    out += [f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id in modules
+            and n.attr.startswith("_") and not n.attr.startswith("__")]
+    return out
+
+
+def test_the_benchmarks_import_no_tests_and_no_private_names() -> None:
+    assert _violations("shardline.bench", ("tests",)) == []
+    private = {m: u for m, p in MODULES.items() if _in(m, "shardline.bench")
+               and (u := _private_uses(p))}
+    assert private == {}
+
+
 def test_the_rules_see_imports() -> None:
     """The rules above would pass on an empty graph: check the reader finds real arrows."""
     assert "shardline.core.store" in IMPORTS["shardline.trainer.cache"]
     assert "shardline.core.errors" in IMPORTS["shardline.core.config"]
     assert len(MODULES) > 60
+
+
+def test_the_private_name_rule_sees_both_forms(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text("from shardline.trainer.loop import _x, train_step\n"
+                     "from shardline.core import receive as r\n"
+                     "r._direct = None\nr.direct_response(None)\n")
+    assert _private_uses(probe) == ["shardline.trainer.loop._x", "r._direct"]
 
 
 @pytest.mark.timeout(120)

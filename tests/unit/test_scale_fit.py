@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench.scale_fit import analyse, slope, verdict
-from bench.scale_report import BEGIN, END, write_section
+from shardline.bench.scale_fit import analyse, slope, verdict
+from shardline.bench.scale_report import BEGIN, END, write_section
 
 STAGES = ("detect", "convert", "dedupe", "validate", "publish", "read", "plan", "evaluate")
 

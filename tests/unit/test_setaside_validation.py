@@ -1,18 +1,19 @@
 """The strike a failed validation records (``setaside.record_validation_failure``): the
 same suspects and ``final`` flag from the whole row table as from its bucket-range chunks
 (dictionary-encoded, as ``Converted.iter_rows`` yields them), so the flow can pass chunks
-and never hold every row. The store is a recorder of the one document written: what is
+and never hold every row. The store is a folder holding the one document written: what is
 tested is which sources the strike names."""
 
 from __future__ import annotations
 
-from typing import Any
+import tempfile
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from shardline.core.config import parse_config
+from shardline.core.folder_store import FolderStore
 from shardline.tasks.batch import Batch, Source
 from shardline.tasks.setaside import record_validation_failure
 
@@ -21,14 +22,6 @@ CFG = parse_config({"dataset": {
     "validation": {"max_quarantine_fraction": 0.5}}}).dataset
 SOURCES = tuple(Source(f"in/{n}.jsonl", f"e{n}", 10, "jsonl") for n in "abcd")
 BATCH = Batch("b1", SOURCES)
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.docs: list[Any] = []
-
-    def put_json(self, key: str, doc: Any) -> None:
-        self.docs.append(doc)
 
 
 def _rows(spec: dict[str, list[str | None]]) -> pa.Table:
@@ -51,9 +44,11 @@ def _chunks(table: pa.Table, size: int) -> list[pa.Table]:
 
 
 def _strike(rows: object) -> tuple[set[str], bool]:
-    rec = _Recorder()
-    record_validation_failure(rec, CFG, BATCH, "run1", rows, "validation failed")  # type: ignore[arg-type]
-    (doc,) = rec.docs
+    with tempfile.TemporaryDirectory() as root:
+        store = FolderStore(root)
+        record_validation_failure(store, CFG, BATCH, "run1", rows, "validation failed")  # type: ignore[arg-type]
+        (written,) = store.list("")
+        doc = store.get_json(written.key)
     return {s["key"] for s in doc["suspects"]}, doc["final"]
 
 
