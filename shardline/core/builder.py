@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline.core import layout
-from shardline.core.errors import ConfigError, ObjectExists, PublishConflict, StoreError
+from shardline.core.errors import (
+    ConfigError,
+    ObjectExists,
+    SchemaChange,
+    StoreError,
+)
+from shardline.core.evolution import refusal, schema_change
 from shardline.core.manifest import Manifest, code_version, now_iso
 from shardline.core.parts import (
     BatchListRef,
@@ -183,8 +189,8 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
     parent's when None.
 
     Raises:
-        PublishConflict: the schema differs from the parent's (a new schema needs a new
-            dataset name).
+        SchemaChange: the schema is not the parent's or an additive change of it (a new
+            schema needs a new dataset name; never retried).
         ConfigError: ``holdout_fraction`` differs from the one the dataset recorded (a
             setting to fix, not a race to retry).
         ValueError: the batch has split shards but no ``holdout_fraction`` was given.
@@ -198,12 +204,9 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
     if holdout_fraction is None and parent is not None:
         holdout_fraction = parent.holdout_fraction
     if parent is not None and parent.fingerprint != schema.fingerprint:
-        old = parent.schema
-        raise PublishConflict(
-            f"dataset {dataset}: the configured schema (shape {schema.shape}, "
-            f"{len(schema.classes)} classes, fingerprint {schema.fingerprint}) differs from "
-            f"version {parent.version}'s ({old.shape}, {len(old.classes)} classes, "
-            f"{old.fingerprint}); use a new dataset name for a new schema")
+        change = schema_change(parent.schema, schema)   # None: additive (core.evolution)
+        if change is not None:
+            raise SchemaChange(refusal(dataset, parent.version, change))
     version = 1 if parent is None else parent.version + 1
     objects: dict[str, bytes] = {}
     schema_ref = _object(objects, lambda d: layout.schema_key(prefix, d), to_dict(schema))

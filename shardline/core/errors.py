@@ -19,6 +19,12 @@ class ConfigError(ShardlineError):
     """The dataset configuration (TOML or environment) is invalid."""
 
 
+class SchemaChange(ConfigError):
+    """The configuration changes a dataset's recorded schema in a way that is not additive
+    (a dtype, a shape, a removed or reordered class; ``core.evolution``). Refused before any
+    Spark work and never retried: the fix is a new dataset name."""
+
+
 class StoreError(ShardlineError):
     """An object-store call failed; the message names bucket, key and the operation.
 
@@ -87,6 +93,7 @@ def is_transient(exc: BaseException | None) -> bool:
 
 __all__ = [
     "ConfigError", "ObjectChanged", "ObjectExists", "PermanentStoreError", "PublishConflict",
+    "SchemaChange",
     "ServiceUnavailable", "ShardlineError", "StoreError", "TransientStoreError",
     "ValidationFailed", "is_transient",
 ]

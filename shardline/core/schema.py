@@ -21,10 +21,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from typing import Any
 
 import pyarrow as pa
 
 from shardline.core.config import DatasetConfig
+from shardline.core.errors import SchemaChange
+from shardline.core.evolution import refusal, schema_change
 from shardline.core.field_arrow import (
     META_FIELDS,
     declaration_json,
@@ -57,11 +60,12 @@ RULES = {
     "unparseable_record": "the record could not be parsed",
     "missing_id": "the id column is missing or empty",
     "duplicate_id": "the id was already seen (earlier in this batch or in a published version)",
-    "missing_label": "the label is missing",
-    "unknown_label": "the label is neither a class name nor a class index",
+    "missing_label": "the label (the target's value) is missing",
+    "unknown_label": "the label is neither a class name nor a class index (a multilabel "
+                     "entry or a mask pixel likewise)",
     "missing_image": "the image is missing",
     "undecodable_image": "the image bytes are not a decodable PNG/JPEG (or bad base64)",
-    "wrong_shape": "the decoded image does not have the configured [H, W, C]",
+    "wrong_shape": "the value (a decoded image, a tensor) does not have the declared shape",
     # Containment (tasks/convert/limits.py): checked before the expensive work.
     "empty_object": "the object holds no rows (0 bytes, blank, a CSV header alone)",
     "duplicate_column": "the header names a column twice (CSV or Parquet)",
@@ -74,6 +78,17 @@ RULES = {
     "bad_id": "the id is not a string or an integer",
     "unexpected_value": "checking the row raised an error no rule expects",
     "unreadable_rest": "the object failed part-way: the rows from source_row on",
+    # Typed fields ([dataset.fields], [dataset.target]; tasks/convert/values.py): each
+    # message names the field, the value (an excerpt) and the fix.
+    "missing_field": "a declared field's column is not in the source (the whole object)",
+    "missing_value": "a required field's value is missing or null",
+    "wrong_dtype": "the value is not (exactly representable as) the field's dtype",
+    "undecodable_value": "the tensor bytes are not valid base64, NPY or a JSON list",
+    "not_finite": "the value holds NaN or Inf and the field does not allow them",
+    "out_of_range": "the value is below the field's min or above its max",
+    "unknown_value": "the string is not in the field's vocabulary",
+    "missing_chunk": "a Zarr chunk holding the row does not exist in the store",
+    "length_mismatch": "the Zarr group's arrays disagree in length (the whole group)",
 }
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -147,10 +162,24 @@ def schema_info(cfg: DatasetConfig) -> SchemaInfo:
                       ipc_b64=base64.b64encode(schema.serialize().to_pybytes()).decode())
 
 
+def schema_conflict(cfg: DatasetConfig, latest: Any) -> None:
+    """Refuse a configuration whose schema is not the latest version's or an additive
+    change of it (``core.evolution``); called before any conversion work.
+
+    Raises:
+        SchemaChange: one line naming the change and the fix (a new dataset name).
+    """
+    if latest is None:
+        return
+    change = schema_change(latest.schema, schema_info(cfg))
+    if change is not None:
+        raise SchemaChange(refusal(cfg.name, latest.version, change))
+
+
 # Key builders live in shardline.core.layout; re-exported for callers not yet moved there.
 __all__ = [
     "META_CLASSES", "META_DATASET", "META_SHAPE", "QUARANTINE_SCHEMA", "RULES",
     "batch_claim_key", "data_schema", "describe", "fingerprint", "ids_key", "quarantine_key",
-    "report_key", "schema_info", "shard_key", "staging_prefix", "version_key",
+    "report_key", "schema_conflict", "schema_info", "shard_key", "staging_prefix", "version_key",
     "versions_prefix",
 ]

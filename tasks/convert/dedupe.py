@@ -27,6 +27,7 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.idhash import id_hash64
 from shardline.core.store import Store
+from shardline.tasks.convert.columns import table_stats
 from shardline.tasks.convert.rowfiles import RowFile, plan_chunks, read_buckets
 from shardline.tasks.convert.shard_writer import WrittenShard, put_shard, quarantine_table
 from shardline.tasks.id_index import BUCKETS_KEY, ID_BUCKETS, IDS_SCHEMA, published_mask
@@ -214,9 +215,12 @@ def rewrite_shards(store: Store, cfg: DatasetConfig, shards: list[WrittenShard],
         keep[drop[s.path]] = False
         kept = table.filter(pa.array(keep))
         if kept.num_rows:
+            t = cfg.target_spec
             out.append(put_shard(store, layout.staged_rewrite_key(s.path), kept,
                                  kind="data", compression=cfg.shards.compression,
                                  record_batch_rows=cfg.shards.record_batch_rows, label=s.label,
-                                 split=s.split))
+                                 split=s.split,
+                                 label_column=t.name if t.kind == "class" else None,
+                                 stats=table_stats(cfg, kept) if cfg.typed else None))
         store.delete([s.path])
     return out

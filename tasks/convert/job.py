@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -50,6 +51,7 @@ from shardline.tasks.convert.shard_writer import (
     quarantine_table,
 )
 from shardline.tasks.convert.split import Part
+from shardline.tasks.convert.typed_rows import TypedNormaliser
 
 META_SCHEMA = pa.schema(
     [
@@ -70,6 +72,7 @@ META_SCHEMA = pa.schema(
         ("label_counts", pa.string()),  # shard: JSON {label index: rows}; rows: JSON
                                         # {"by_rule": {rule: rows}, "ok_per_bucket": [...]}
         ("split", pa.string()),         # data shard: "train" | "holdout"
+        ("stats", pa.string()),         # data shard: JSON per-field statistics (typed fields)
     ]
 )
 _DDL_TYPES = {pa.string(): "string", pa.int16(): "smallint", pa.int64(): "bigint"}
@@ -108,7 +111,7 @@ def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
 
     # the held-out split is materialised here: each task writes train and held-out shards
     writer = DataShardWriter(store, cfg, key_for, holdout_fraction=cfg.holdout_fraction)
-    norm = Normaliser(cfg)
+    norm: Normaliser | TypedNormaliser = TypedNormaliser(cfg) if cfg.typed else Normaliser(cfg)
     bad: list[dict] = []
     for part in parts:
         src = part.source
@@ -143,14 +146,19 @@ def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
     return _metadata(store, row_file_key(stage, task, attempt), writer, bad, written)
 
 
-def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataShardWriter,
-           bad: list[dict]) -> None:
+def _check(rec: Record | Problem, src: Source, norm: Normaliser | TypedNormaliser,
+           writer: DataShardWriter, bad: list[dict]) -> None:
     if isinstance(rec, Problem):
         bad.append(dict(source_key=src.key, source_row=rec.row, id=_str(rec.id),
                         label=_str(rec.label), rule=rec.rule, message=rec.message, raw=rec.raw))
         return
+    payload: Any
     try:
-        rid, label, pixels = norm.normalise(rec.id, rec.label, rec.image)
+        if isinstance(norm, TypedNormaliser):
+            row = norm.normalise(rec.id, rec.label, rec.values or {})
+            rid, label, payload = row.id, row.group, row
+        else:
+            rid, label, payload = norm.normalise(rec.id, rec.label, rec.image)
     except Exception as exc:   # noqa: BLE001 - a RowError, or anything a hostile value raises
         if isinstance(exc, RowError):
             rule, why = exc.rule, exc.message
@@ -166,7 +174,7 @@ def _check(rec: Record | Problem, src: Source, norm: Normaliser, writer: DataSha
                         label=_str(rec.label), rule=rule,
                         message=f"{src.key} row {rec.row}: {why}", raw=rec.raw))
         return
-    writer.add(rid, label, pixels, src.key, rec.row)
+    writer.add(rid, label, payload, src.key, rec.row)
 
 
 def _str(value: object) -> str | None:
@@ -180,9 +188,10 @@ def _str(value: object) -> str | None:
 def _metadata(store: Store, rows_key: str, writer: DataShardWriter, bad: list[dict],
               written: list[WrittenShard]) -> pa.RecordBatch:
     """Write the task's row file; return one metadata row per file written."""
+    classed = writer.cfg.target_spec.kind == "class"   # else no class index to record
     rows: dict[str, list] = {
         "id": [p[1] for p in writer.placed] + [b.get("id") for b in bad],
-        "label": [p[3] for p in writer.placed] + [None] * len(bad),
+        "label": [p[3] if classed else None for p in writer.placed] + [None] * len(bad),
         "source_key": [p[0] for p in writer.placed] + [b["source_key"] for b in bad],
         "source_row": [p[2] for p in writer.placed] + [b["source_row"] for b in bad],
         "status": ["ok"] * len(writer.placed) + ["quarantined"] * len(bad),
@@ -203,5 +212,6 @@ def _metadata(store: Store, rows_key: str, writer: DataShardWriter, bad: list[di
     for s in written:
         row(kind="shard", status=s.kind, label=s.label, shard=s.path, shard_row=s.rows,
             bytes=s.bytes, sha256=s.sha256, xxh3_128=s.xxh3_128, label_min=s.label_min,
-            label_max=s.label_max, label_counts=json.dumps(s.label_counts), split=s.split)
+            label_max=s.label_max, label_counts=json.dumps(s.label_counts), split=s.split,
+            stats=json.dumps(s.stats) if s.stats else None)
     return pa.RecordBatch.from_pydict(cols, schema=META_SCHEMA)

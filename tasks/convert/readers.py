@@ -26,7 +26,6 @@ import io
 import json
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,44 +33,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import ObjectChanged, StoreError, TransientStoreError
+from shardline.core.errors import ObjectChanged, StoreError
 from shardline.core.json_depth import json_depth_exceeds
 from shardline.core.ranged import RangedObject
 from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.limits import excerpt, limits_for
+from shardline.tasks.convert.records import Problem, Record, Unreadable
 from shardline.tasks.convert.split import Part
+from shardline.tasks.convert.typed_readers import (
+    field_values,
+    image_file_record,
+    require_columns,
+    typed_columns,
+    typed_parquet_records,
+)
+from shardline.tasks.convert.values import ABSENT
+from shardline.tasks.convert.zarr_typed import _raise_if_environment, read_zarr_typed
 
 ZARR_CHUNK_ROWS = 4096
-
-
-@dataclass
-class Record:
-    row: int
-    id: Any
-    label: Any
-    image: Any            # encoded bytes, base64 str, or an ndarray of pixels (Zarr)
-    raw: bytes | None = None
-    # The last record of a text file without a final newline: if it fails a check, the
-    # likely cause is a cut-off upload, and the rule says so (truncated_file).
-    tail_cut: bool = False
-
-
-@dataclass
-class Problem:
-    row: int
-    rule: str
-    message: str
-    raw: bytes | None = None
-    id: Any = None
-    label: Any = None
-
-
-class Unreadable(Exception):
-    def __init__(self, rule: str, message: str) -> None:
-        super().__init__(message)
-        self.rule = rule
-        self.message = message
 
 
 def _changed(part: Part, exc: ObjectChanged) -> ObjectChanged:
@@ -102,6 +82,10 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
     lim = limits_for(cfg)
     lines = data.split(b"\n")
     last = len(lines) - 1
+    # Typed fields: the object's records are held until every line is parsed, so a declared
+    # column that no record has quarantines the object once (``missing_field``), not per row.
+    typed, seen, held = cfg.typed, set[str](), list[Record | Problem]()
+    target = cfg.source_column(cfg.target_spec.name)
     for j, line in enumerate(lines):
         if not line.strip():
             continue
@@ -128,9 +112,17 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
             yield Problem(i, "unparseable_record",
                           f"expected a JSON object, got {type(obj).__name__}", line[:4096])
             continue
+        tail = j == last and not data.endswith(b"\n")
+        if typed:
+            seen.update(obj)
+            held.append(Record(i, obj.get(cfg.id_column), obj.get(target, ABSENT), None, line,
+                               tail_cut=tail, values=field_values(cfg, obj.get)))
+            continue
         yield Record(i, obj.get(cfg.id_column), obj.get(cfg.label_column),
-                     obj.get(cfg.image.column), line,
-                     tail_cut=j == last and not data.endswith(b"\n"))
+                     obj.get(cfg.image.column), line, tail_cut=tail)
+    if typed and first_row == 0 and any(isinstance(r, Record) for r in held):
+        require_columns(cfg, seen, "keys")
+    yield from held
 
 
 def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
@@ -156,6 +148,8 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
     if not rows:
         raise Unreadable("empty_object", "the CSV object has a header "
                          f"({excerpt(','.join(header))}) but no rows")
+    if cfg.typed:
+        require_columns(cfg, header, "columns")
     for i, (fields, err) in enumerate(rows):
         raw = ",".join(fields).encode()[:4096] if fields else None
         if err is not None and "field larger than field limit" in err:
@@ -167,9 +161,14 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
             why = err or f"expected {width} fields ({','.join(header)}), got {len(fields)}"
             yield Problem(i, "truncated_file" if cut else "unparseable_record", why, raw)
             continue
-        def get(name: str, fields: list[str] = fields) -> str | None:
-            return fields[col[name]] if name in col else None
+        def get(name: str, absent: Any = None, fields: list[str] = fields) -> Any:
+            return fields[col[name]] if name in col else absent
 
+        if cfg.typed:
+            yield Record(i, get(cfg.id_column), get(cfg.source_column(cfg.target_spec.name)),
+                         None, raw, tail_cut=i == len(rows) - 1 and not ends_cleanly,
+                         values=field_values(cfg, lambda c: get(c, ABSENT)))
+            continue
         yield Record(i, get(cfg.id_column), get(cfg.label_column), get(cfg.image.column), raw,
                      tail_cut=i == len(rows) - 1 and not ends_cleanly)
 
@@ -206,6 +205,8 @@ def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Recor
         raise Unreadable("unreadable_object", f"not a readable Parquet file: {exc}") from exc
     if table.num_rows == 0:
         raise Unreadable("empty_object", "the Parquet file holds 0 rows")
+    if cfg.typed:
+        require_columns(cfg, names, "columns")
     yield from _parquet_records(table, cfg)
 
 
@@ -218,6 +219,9 @@ def _parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
             return table.column(name).to_pylist()
         return [None] * table.num_rows
 
+    if cfg.typed:
+        yield from typed_parquet_records(table, cfg, first_row)
+        return
     ids, labels = values(cfg.id_column), values(cfg.label_column)
     images = values(cfg.image.column)
     for i in range(table.num_rows):
@@ -241,7 +245,9 @@ def read_parquet_slice(store: Store, part: Part, cfg: DatasetConfig
                                   f"the Parquet schema names column(s) {dupes} more than once")
                 return
             names = [n for n in (cfg.id_column, cfg.label_column, cfg.image.column)
-                     if n in all_names]
+                     if n in all_names] if not cfg.typed else \
+                [n for n in dict.fromkeys((cfg.id_column, *typed_columns(cfg)))
+                 if n in all_names]
             for g in range(part.start, part.stop):
                 rows = pf.metadata.row_group(g).num_rows
                 try:
@@ -270,23 +276,24 @@ def read_image_file(data: bytes, src: Source, cfg: DatasetConfig
     parts = src.key.split("/")
     label = parts[-2] if len(parts) >= 2 else None
     stem = posixpath.splitext(parts[-1])[0]
+    if cfg.typed:
+        yield image_file_record(cfg, stem, label, data)
+        return
     yield Record(0, stem, label, data)
-
-
-def _raise_if_environment(exc: BaseException, store: Store, src: Source) -> None:
-    """s3fs (which Zarr reads through) turns S3 errors into ``OSError``s once its retries
-    are spent: a 5xx or a dropped connection is the environment's, not the group's, so it
-    fails the task as transient (retried, never a quarantine row or a strike). A missing
-    key (``FileNotFoundError``, also zarr's not-found errors) or a refusal is the group's."""
-    if isinstance(exc, OSError) and not isinstance(
-            exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
-        raise TransientStoreError(
-            f"reading the Zarr group s3://{store.bucket}/{src.key} failed: "
-            f"{type(exc).__name__}: {exc} (retrying may help)") from exc
 
 
 def read_zarr(store: Store, src: Source, cfg: DatasetConfig
               ) -> Iterator[Record | Problem]:
+    """Typed fields: one array per field by name (``zarr_typed``); the shorthand: a group
+    with ``images`` (N, H, W, C) uint8, ``labels`` (N,), optional ``ids``."""
+    if cfg.typed:
+        yield from read_zarr_typed(store, src, cfg)
+        return
+    yield from _read_zarr_images(store, src, cfg)
+
+
+def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
+                      ) -> Iterator[Record | Problem]:
     """A Zarr group with ``images`` (N, H, W, C) uint8, ``labels`` (N,), optional ``ids``.
     Reads chunk-aligned row ranges, so memory stays bounded for large groups."""
     import zarr

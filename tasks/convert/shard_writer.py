@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +35,20 @@ from shardline.core.idhash import holdout_ids
 from shardline.core.manifest import content_digests
 from shardline.core.schema import QUARANTINE_SCHEMA, data_schema
 from shardline.core.store import Store
+from shardline.tasks.convert.columns import table_stats, typed_columns
+
+
+def row_bytes(cfg: DatasetConfig) -> int:
+    """Bytes of one row's payload (sizes shards to ``target_mb``)."""
+    if not cfg.typed:
+        return cfg.image.nbytes
+    from shardline.core.field_arrow import storage_dtype
+    total = 8
+    specs = [(s.resolved_dtype, s.shape) for _, s in cfg.field_specs]
+    for dtype, shape in specs:
+        size = int(np.prod(shape)) if shape else 1
+        total += size * (8 if dtype == "string" else storage_dtype(dtype).itemsize)
+    return total
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,7 @@ class WrittenShard:
     xxh3_128: str | None = None
     label_counts: dict[str, int] = field(default_factory=dict)   # label index (text) -> rows
     split: str | None = None     # data: "train" | "holdout" (None: written unsplit)
+    stats: dict[str, Any] = field(default_factory=dict)   # typed fields (core.field_stats)
 
 
 def label_counts(labels: pa.Array | pa.ChunkedArray) -> dict[str, int]:
@@ -68,47 +84,53 @@ def encode_ipc(table: pa.Table, compression: str, record_batch_rows: int) -> pa.
 
 def put_shard(store: Store, key: str, table: pa.Table, *, kind: str, compression: str,
               record_batch_rows: int, label: int | None = None,
-              split: str | None = None) -> WrittenShard:
+              split: str | None = None, label_column: str | None = "label",
+              stats: dict[str, Any] | None = None) -> WrittenShard:
     buf = encode_ipc(table, compression, record_batch_rows)
     store.put_bytes(key, memoryview(buf))
     lmin = lmax = None
     counts: dict[str, int] = {}
-    if kind == "data" and table.num_rows:
-        labels = table.column("label")
+    if kind == "data" and table.num_rows and label_column is not None:
+        labels = table.column(label_column)
         lmin, lmax = int(pc.min(labels).as_py()), int(pc.max(labels).as_py())
         counts = label_counts(labels)
     sha, xxh = content_digests(memoryview(buf))
     return WrittenShard(key, table.num_rows, buf.size, sha, kind, label, lmin, lmax, xxh,
-                        counts, split)
+                        counts, split, stats or {})
 
 
 @dataclass
 class _Rows:
     ids: list[str] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)
-    pixels: bytearray = field(default_factory=bytearray)
+    labels: list[int] = field(default_factory=list)   # class index (typed: the row's group)
+    payload: list[Any] = field(default_factory=list)  # pixel bytes, or a TypedRow
     keys: list[str] = field(default_factory=list)
     rows: list[int] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def take(self, n: int, row_bytes: int) -> _Rows:
+    def append(self, rid: str, label: int, payload: Any, key: str, row: int) -> None:
+        self.ids.append(rid)
+        self.labels.append(label)
+        self.payload.append(payload)
+        self.keys.append(key)
+        self.rows.append(row)
+
+    def take(self, n: int) -> _Rows:
         """Remove the first ``n`` rows and return them."""
-        head = _Rows(self.ids[:n], self.labels[:n], self.pixels[:n * row_bytes], self.keys[:n],
+        head = _Rows(self.ids[:n], self.labels[:n], self.payload[:n], self.keys[:n],
                      self.rows[:n])
-        del self.ids[:n], self.labels[:n], self.pixels[:n * row_bytes], self.keys[:n]
-        del self.rows[:n]
+        del self.ids[:n], self.labels[:n], self.payload[:n], self.keys[:n], self.rows[:n]
         return head
 
-    def sorted_by_label(self, row_bytes: int) -> _Rows:
+    def sorted_by_label(self) -> _Rows:
         """The same rows, stably sorted by label (one contiguous run per label)."""
         order = np.argsort(np.asarray(self.labels, np.int64), kind="stable")
         if (np.diff(order) == 1).all():
             return self
-        px = np.frombuffer(self.pixels, np.uint8).reshape(len(self), row_bytes)[order]
         return _Rows([self.ids[i] for i in order], [self.labels[i] for i in order],
-                     bytearray(px.tobytes()), [self.keys[i] for i in order],
+                     [self.payload[i] for i in order], [self.keys[i] for i in order],
                      [self.rows[i] for i in order])
 
 
@@ -132,7 +154,7 @@ class DataShardWriter:
         self.holdout_fraction = holdout_fraction
         self.schema = data_schema(cfg)
         self.by_label = "label" in cfg.shards.partition_by
-        self.limit = cfg.shards.rows_per_shard(cfg.image.nbytes + 32)
+        self.limit = cfg.shards.rows_per_shard(row_bytes(cfg) + 32)
         self.buffers: dict[tuple[str | None, int | None], _Rows] = {}
         self.pending = _Rows()       # rows not routed to a split yet
         self.seq = 0
@@ -140,17 +162,15 @@ class DataShardWriter:
         # (source_key, id, source_row, label, shard key, row in shard) of every row written
         self.placed: list[tuple[str, str, int, int, str, int]] = []
 
-    def add(self, rid: str, label: int, pixels: bytes, source_key: str, source_row: int) -> None:
+    def add(self, rid: str, label: int, payload: Any, source_key: str, source_row: int
+            ) -> None:
+        """One checked row: ``payload`` is the shorthand's pixel bytes, or a typed row
+        (``typed_rows.TypedRow``; ``label`` its group)."""
         if self.holdout_fraction is None:
-            self._place(None, rid, label, pixels, source_key, source_row)
+            self._place(None, rid, label, payload, source_key, source_row)
             return
-        p = self.pending
-        p.ids.append(rid)
-        p.labels.append(label)
-        p.pixels += pixels
-        p.keys.append(source_key)
-        p.rows.append(source_row)
-        if len(p) >= ROUTE_ROWS:
+        self.pending.append(rid, label, payload, source_key, source_row)
+        if len(self.pending) >= ROUTE_ROWS:
             self._route()
 
     def _route(self) -> None:
@@ -159,31 +179,26 @@ class DataShardWriter:
         if not len(p):
             return
         held = holdout_ids(pa.array(p.ids, pa.string()), float(self.holdout_fraction or 0.0))
-        rb = self.cfg.image.nbytes
         for i, h in enumerate(held.tolist()):
-            self._place("holdout" if h else "train", p.ids[i], p.labels[i],
-                        bytes(p.pixels[i * rb:(i + 1) * rb]), p.keys[i], p.rows[i])
+            self._place("holdout" if h else "train", p.ids[i], p.labels[i], p.payload[i],
+                        p.keys[i], p.rows[i])
 
-    def _place(self, split: str | None, rid: str, label: int, pixels: bytes, source_key: str,
+    def _place(self, split: str | None, rid: str, label: int, payload: Any, source_key: str,
                source_row: int) -> None:
         part = (split, label if self.by_label else None)
         buf = self.buffers.setdefault(part, _Rows())
-        buf.ids.append(rid)
-        buf.labels.append(label)
-        buf.pixels += pixels
-        buf.keys.append(source_key)
-        buf.rows.append(source_row)
+        buf.append(rid, label, payload, source_key, source_row)
         if self.by_label and len(buf) >= self.limit:
             self._write(part, self.buffers.pop(part))
         elif not self.by_label and len(buf) >= 2 * self.limit:
-            self._write(part, buf.take(self.limit, self.cfg.image.nbytes))
+            self._write(part, buf.take(self.limit))
 
     def close(self) -> list[WrittenShard]:
         self._route()
         for part in sorted(self.buffers, key=lambda p: (p[0] or "", -1 if p[1] is None else p[1])):
             buf = self.buffers.pop(part)
             if len(buf) > self.limit:        # by batch only: two halves, not full + tail
-                self._write(part, buf.take((len(buf) + 1) // 2, self.cfg.image.nbytes))
+                self._write(part, buf.take((len(buf) + 1) // 2))
             if len(buf):
                 self._write(part, buf)
         return self.written
@@ -191,22 +206,32 @@ class DataShardWriter:
     def _write(self, part: tuple[str | None, int | None], buf: _Rows) -> None:
         split, label = part
         if not self.by_label:
-            buf = buf.sorted_by_label(self.cfg.image.nbytes)
+            buf = buf.sorted_by_label()
         n = len(buf)
-        image = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(self.cfg.image.nbytes), n, [None, pa.py_buffer(bytes(buf.pixels))])
+        stats: dict[str, Any] = {}
+        if self.cfg.typed:
+            payload = typed_columns(self.cfg, buf.payload)
+        else:
+            payload = [pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(self.cfg.image.nbytes), n, [None, pa.py_buffer(b"".join(buf.payload))]
+            )]
+            payload.insert(0, pa.array(buf.labels, pa.int16()))
         table = pa.Table.from_arrays(
-            [pa.array(buf.ids, pa.string()), pa.array(buf.labels, pa.int16()), image,
+            [pa.array(buf.ids, pa.string()), *payload,
              pa.array(buf.keys, pa.string()), pa.array(buf.rows, pa.int64())],
             schema=self.schema,
         )
+        if self.cfg.typed:
+            stats = table_stats(self.cfg, table)
+        t = self.cfg.target_spec
         key = (self.key_for(label, self.seq) if split is None
                else self.key_for(label, self.seq, split))
         self.seq += 1
         shard = put_shard(self.store, key, table, kind="data",
                           compression=self.cfg.shards.compression,
                           record_batch_rows=self.cfg.shards.record_batch_rows, label=label,
-                          split=split)
+                          split=split, stats=stats,
+                          label_column=t.name if t.kind == "class" else None)
         self.written.append(shard)
         for j in range(n):
             self.placed.append((buf.keys[j], buf.ids[j], buf.rows[j], buf.labels[j], key, j))

@@ -26,7 +26,7 @@ from shardline.core.builder import holdout_conflict
 from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.errors import ConfigError
 from shardline.core.manifest import Manifest
-from shardline.core.schema import staging_prefix
+from shardline.core.schema import schema_conflict, staging_prefix
 from shardline.core.store import ObjectStore, Store
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
@@ -60,6 +60,7 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
     why = holdout_conflict(cfg.name, latest, cfg.holdout_fraction)
     if why is not None:       # refused before any work; publish checks again (races)
         raise ConfigError(why)
+    schema_conflict(cfg, latest)    # likewise: a non-additive schema change is SchemaChange
     t0 = time.perf_counter()
     if tasks is None:
         tasks = useful_tasks(batch.bytes, spark_sessions.default_parallelism(
@@ -96,7 +97,7 @@ def assemble(store: Store, cfg: DatasetConfig, batch: Batch, run_id: str,
                                    sha256=s["sha256"], kind=s["status"], label=s["label"],
                                    label_min=s["label_min"], label_max=s["label_max"],
                                    xxh3_128=s["xxh3_128"], label_counts=counts,
-                                   split=s["split"]))
+                                   split=s["split"], stats=json.loads(s.get("stats") or "{}")))
     files.sort(key=lambda f: f.key)
     data = sorted((s for s in shards if s.kind == "data"), key=lambda s: s.path)
     quarantine = sorted((s for s in shards if s.kind == "quarantine"), key=lambda s: s.path)

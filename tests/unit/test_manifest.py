@@ -10,7 +10,7 @@ import pytest
 
 from shardline.core import layout
 from shardline.core.builder import build_version
-from shardline.core.errors import PublishConflict, StoreError
+from shardline.core.errors import SchemaChange, StoreError
 from shardline.core.manifest import Manifest
 from shardline.core.parts import SchemaInfo, ValidationSummary
 from tests.unit.manifest_fixtures import (
@@ -133,7 +133,8 @@ def test_format2_child_of_a_format1_parent_migrates_the_history_once() -> None:
 def test_a_different_schema_is_refused() -> None:
     bucket, [m] = history(1)
     other = SchemaInfo(fingerprint="e" * 16, fields=[], shape=[4, 4, 1], classes=["a"])
-    with pytest.raises(PublishConflict, match="use a new dataset name"):
+    # a refusal, not a lost race: SchemaChange is never retried (core.evolution)
+    with pytest.raises(SchemaChange, match="new dataset name"):
         build_version(PREFIX, dataset="toy", schema=other, config={}, parent=m,
                       batch=new_batch(2), validation=ValidationSummary(success=True))
 

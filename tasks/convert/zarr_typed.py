@@ -1,0 +1,216 @@
+"""A Zarr group as typed rows: one array per field (and the target, and optionally the id)
+by name, read chunk-aligned through s3fs inside the Spark task.
+
+Every array has its samples on its declared ``sample_axis``; a row is index ``i`` of that
+axis in every array. The group must prove its rows before any is read:
+
+- the arrays agree in length (else the group is quarantined whole: ``length_mismatch``,
+  naming each array's length);
+- each array's per-sample shape and dtype are the declared ones (else the whole group:
+  ``wrong_shape`` / ``wrong_dtype``; a per-row check would fail every row the same way);
+- each chunk a row needs exists in the store: a missing chunk is not read as fill values
+  (Zarr's default) unless the field declares ``missing_chunks = "fill_value"``; its rows are
+  quarantined (``missing_chunk``), and a group with no chunk at all is quarantined whole.
+
+Memory: a block of rows (a multiple of the sample-axis chunk length, about
+:data:`BLOCK_BYTES`) is read at a time, so a task holds a few chunks of each array and its
+shard buffers, never an array.
+"""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import TransientStoreError
+from shardline.core.field_arrow import storage_dtype
+from shardline.core.store import Store
+from shardline.tasks.batch import Source
+from shardline.tasks.convert.records import Problem, Record, Unreadable
+from shardline.tasks.convert.typed_readers import require_columns
+
+BLOCK_BYTES = 32 << 20     # rows read at once, over all arrays (rounded to whole chunks)
+
+
+@dataclass
+class _Col:
+    name: str             # field or target name ("" for the id array)
+    column: str           # the array's name in the group
+    array: Any            # zarr.Array
+    axis: int
+    fill: bool            # missing chunks read as fill values
+    ok: np.ndarray | None = None   # per sample-axis chunk: every chunk of it exists
+
+    @property
+    def chunk_rows(self) -> int:
+        return int(self.array.chunks[self.axis])
+
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(s for i, s in enumerate(self.array.shape) if i != self.axis)
+
+
+def _raise_if_environment(exc: BaseException, store: Store, src: Source) -> None:
+    """s3fs (which Zarr reads through) turns S3 errors into ``OSError``s once its retries
+    are spent: a 5xx or a dropped connection is the environment's, not the group's, so it
+    fails the task as transient (retried, never a quarantine row or a strike). A missing
+    key (``FileNotFoundError``, also zarr's not-found errors) or a refusal is the group's."""
+    if isinstance(exc, OSError) and not isinstance(
+            exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
+        raise TransientStoreError(
+            f"reading the Zarr group s3://{store.bucket}/{src.key} failed: "
+            f"{type(exc).__name__}: {exc} (retrying may help)") from exc
+
+
+def _open(store: Store, src: Source) -> Any:
+    import zarr
+    from zarr.storage import FsspecStore
+
+    url, options = store.fsspec_url(src.key.rstrip("/"))
+    try:
+        zstore = FsspecStore.from_url(url, storage_options=options, read_only=True)
+        return zarr.open_group(store=zstore, mode="r")
+    except Exception as exc:  # zarr raises many types for a broken group; all mean the same
+        _raise_if_environment(exc, store, src)
+        raise Unreadable("unreadable_object", f"not a readable Zarr group: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def _columns(cfg: DatasetConfig, group: Any) -> list[_Col]:
+    import zarr
+
+    arrays = {k: v for k, v in group.members() if isinstance(v, zarr.Array)}
+    require_columns(cfg, arrays, "arrays")
+    t = cfg.target_spec
+    cols = [_Col(t.name, cfg.source_column(t.name), None, t.sample_axis,
+                 t.missing_chunks == "fill_value")]
+    for name, spec in cfg.field_specs:
+        cols.append(_Col(name, cfg.source_column(name), None, spec.sample_axis,
+                         spec.missing_chunks == "fill_value"))
+    if cfg.id_column in arrays:
+        cols.append(_Col("", cfg.id_column, None, 0, False))
+    out = []
+    for c in cols:
+        if c.column not in arrays:
+            continue                    # an optional field this group does not have
+        c.array = arrays[c.column]
+        if c.axis >= c.array.ndim:
+            raise Unreadable("wrong_shape", f"array {c.column!r} has {c.array.ndim} axes; "
+                             f"sample_axis = {c.axis} does not exist")
+        out.append(c)
+    return out
+
+
+def _expect(cfg: DatasetConfig, c: _Col) -> tuple[tuple[int, ...] | None, str | None]:
+    """The per-sample shape and exact dtype an array must have (None: not fixed)."""
+    if not c.name:
+        return (), None
+    t = cfg.target_spec
+    if c.name == t.name:
+        if t.kind == "multilabel":
+            return None, None        # (N,) of strings or (N, K) 0/1: judged per row
+        if t.kind == "class":
+            return (), None
+        return tuple(t.shape), None
+    spec = dict(cfg.field_specs)[c.name]
+    if spec.kind == "scalar":
+        return (), None
+    return tuple(spec.shape), spec.resolved_dtype
+
+
+def _check_layout(cfg: DatasetConfig, cols: list[_Col]) -> int:
+    lengths = {c.column: int(c.array.shape[c.axis]) for c in cols}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{k} {v}" for k, v in lengths.items())
+        raise Unreadable("length_mismatch", f"the group's arrays disagree in length ({shown} "
+                         "samples on their sample axes); every array needs one entry per "
+                         "sample: fix the arrays or their sample_axis")
+    for c in cols:
+        shape, dtype = _expect(cfg, c)
+        got = c.sample_shape()
+        if shape is not None and got != shape:
+            raise Unreadable("wrong_shape", f"array {c.column!r} is {list(c.array.shape)} with "
+                             f"samples on axis {c.axis}: {list(got)} per sample, the field "
+                             f"declares {list(shape)}")
+        if dtype is not None and np.dtype(c.array.dtype) != np.dtype(
+                "bool" if dtype == "bool" else storage_dtype(dtype)):
+            raise Unreadable("wrong_dtype", f"array {c.column!r} is {c.array.dtype}, the field "
+                             f"{c.name!r} declares {dtype}: convert the array or declare "
+                             f"dtype = \"{c.array.dtype}\"")
+    return next(iter(lengths.values()))
+
+
+def _chunks_present(store: Store, src: Source, c: _Col) -> np.ndarray:
+    """Per chunk index along the sample axis: whether every chunk (every position on the
+    other axes) exists in the store."""
+    arr = c.array
+    prefix = f"{src.key.rstrip('/')}/{arr.path.strip('/')}/"
+    present = {o.key[len(prefix):] for o in store.list(prefix)}
+    grid = tuple(-(-s // k) for s, k in zip(arr.shape, arr.shards or arr.chunks, strict=True))
+    encode = arr.metadata.encode_chunk_key
+    ok = np.ones(grid[c.axis] if grid else 1, bool)
+    for coords in itertools.product(*(range(g) for g in grid)):
+        if encode(coords) not in present:
+            ok[coords[c.axis] if grid else 0] = False
+    return ok
+
+
+def read_zarr_typed(store: Store, src: Source, cfg: DatasetConfig
+                    ) -> Iterator[Record | Problem]:
+    group = _open(store, src)
+    cols = _columns(cfg, group)
+    n = _check_layout(cfg, cols)
+    if n == 0:
+        raise Unreadable("empty_object", "the group's arrays hold 0 samples")
+    for c in cols:
+        if not c.fill:
+            c.ok = _chunks_present(store, src, c)
+            if not c.ok.any():
+                raise Unreadable("missing_chunk", f"array {c.column!r} declares {n} samples "
+                                 "but none of its chunks is in the store (Zarr would read "
+                                 "fill values): upload the chunks, or declare missing_chunks "
+                                 "= \"fill_value\" if that is what they mean")
+    stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
+    row_bytes = sum(int(np.prod(c.sample_shape())) * c.array.dtype.itemsize for c in cols)
+    unit = max(c.chunk_rows for c in cols)
+    step = unit * max(1, BLOCK_BYTES // max(row_bytes * unit, 1))
+    for start in range(0, n, step):
+        yield from _block(cfg, cols, start, min(n, start + step), stem)
+
+
+def _block(cfg: DatasetConfig, cols: list[_Col], start: int, stop: int, stem: str
+           ) -> Iterator[Record | Problem]:
+    data: dict[str, np.ndarray] = {}
+    for c in cols:
+        sel = tuple(slice(start, stop) if i == c.axis else slice(None)
+                    for i in range(c.array.ndim))
+        data[c.column] = np.moveaxis(np.asarray(c.array[sel]), c.axis, 0)
+    t = cfg.target_spec
+    by_name = {c.name: c for c in cols}
+    ids = data.get(cfg.id_column) if "" in by_name else None
+    for j in range(stop - start):
+        i = start + j
+        rid = _item(ids[j]) if ids is not None else f"{stem}-{i:07d}"
+        gap = next((c for c in cols if c.ok is not None and not c.ok[i // c.chunk_rows]), None)
+        if gap is not None:
+            field = gap.name or "id"
+            yield Problem(i, "missing_chunk", f"row {i}: array {gap.column!r} has no chunk "
+                          f"{i // gap.chunk_rows} on axis {gap.axis} in the store; the row is "
+                          "not read as fill values. Upload the chunk, or declare "
+                          f"missing_chunks = \"fill_value\" for {field!r}", id=rid)
+            continue
+        label = data[by_name[t.name].column][j]
+        values = {c.name: _item(data[c.column][j]) for c in cols if c.name and c.name != t.name}
+        yield Record(i, rid, _item(label), None, values=values)
+
+
+def _item(v: Any) -> Any:
+    """A 0-d value as a Python scalar; arrays (a sample's tensor) as they are."""
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        return v.item()
+    return v.item() if isinstance(v, np.generic) else v
