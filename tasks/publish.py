@@ -122,7 +122,7 @@ def _new_batch(cfg: DatasetConfig, conv: Converted, data: list[ShardEntry],
     return NewBatch(id=conv.batch.id, run=conv.run_id, shards=data, ids_path=ids_path,
                     quarantine_shards=quarantine, by_rule=conv.by_rule,
                     sources=[SourceEntry(s.key, s.etag, s.size, s.format)
-                             for s in conv.batch.sources])
+                             for s in conv.batch.sources], stats=conv.stats())
 
 
 def _fraction(cfg: DatasetConfig, batch: NewBatch) -> float | None:

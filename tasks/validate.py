@@ -10,7 +10,10 @@ checks already decoded and measured):
   labels present and within the class range. The row checks already enforce these; the
   suite re-checks the data actually handed to publish, so a conversion bug cannot slip by.
 
-Both run over the tasks' row files one id-bucket range at a time (``rowfiles``), each
+A dataset with typed fields adds ``<dataset>.fields`` (``validate_fields``): per field its
+type, nulls, finiteness, min/max, vocabulary and class range, over the data shards.
+
+The first two run over the tasks' row files one id-bucket range at a time (``rowfiles``), each
 chunk a pandas frame of at most ~``CHUNK_ROWS`` rows, and the chunks' results are merged
 (``merge``): the driver never holds the batch's rows. A 1M-row batch is one chunk.
 
@@ -33,6 +36,7 @@ from shardline.core.schema import report_key
 from shardline.core.store import Store
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA
 from shardline.tasks.convert.stage import Converted
+from shardline.tasks.validate_fields import field_expectations, field_frames
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,8 @@ def _suites(cfg: DatasetConfig) -> dict[str, list[Any]]:
                                                  max_value=len(cfg.classes) - 1)]
               if cfg.target_spec.kind == "class" else []),
         ],
+        # typed fields: one group of expectations per field, over the data shards
+        **({f"{cfg.name}.fields": field_expectations(cfg)} if cfg.typed else {}),
     }
 
 
@@ -115,11 +121,14 @@ def run_suites(cfg: DatasetConfig, conv: Converted, store: Store | None = None,
         runs.append((name, vd, ["id", "label"] if name.endswith(".published") else ["status"]))
     chunks: dict[str, list[list[dict[str, Any]]]] = {name: [] for name, _, _ in runs}
     for name, vd, columns in runs:
-        for table in _chunks(conv, store, max_rows, columns):
-            out = vd.run(batch_parameters={"dataframe": table.to_pandas()},
+        frames: Iterator[Any] = (
+            field_frames(cfg, conv, store) if name.endswith(".fields") else
+            (t.to_pandas() for t in _chunks(conv, store, max_rows, columns)))
+        for frame in frames:
+            out = vd.run(batch_parameters={"dataframe": frame},
                          result_format={"result_format": "SUMMARY"})
             chunks[name].append([_row(name, res) for res in out.results])
-            del table, out
+            del frame, out
     results = [r for name, _, _ in runs for r in merge(chunks[name])]
     return all(r["success"] for r in results), results
 
@@ -141,7 +150,9 @@ def _chunks(conv: Converted, store: Store | None, max_rows: int | None, columns:
 def _row(name: str, res: Any) -> dict[str, Any]:
     cfg_e = res.expectation_config
     assert cfg_e is not None, f"{name}: GX returned a result without its expectation"
-    return {"suite": name, "expectation": cfg_e.type, "column": cfg_e.kwargs.get("column"),
+    column = cfg_e.kwargs.get("column")
+    return {"suite": name, "expectation": cfg_e.type, "column": column,
+            "field": column.split(".")[0] if column and name.endswith(".fields") else None,
             "kwargs": {k: v for k, v in cfg_e.kwargs.items() if k not in ("batch_id",)},
             "success": bool(res.success), "result": dict(res.result or {})}
 

@@ -32,6 +32,7 @@ from shardline.core.errors import (
     StoreError,
 )
 from shardline.core.evolution import refusal, schema_change
+from shardline.core.field_stats import merge_stats
 from shardline.core.manifest import Manifest, code_version, now_iso
 from shardline.core.parts import (
     BatchListRef,
@@ -70,6 +71,7 @@ class NewBatch:
     quarantine_shards: list[ShardEntry] = field(default_factory=list)
     sources: list[SourceEntry] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)   # quarantined rows per rule
+    stats: dict[str, Any] | None = None     # per-field statistics (core.field_stats)
 
     @property
     def rows(self) -> int:
@@ -216,6 +218,10 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
                     shards=batch.shards, quarantine_shards=batch.quarantine_shards,
                     sources=batch.sources)
     new_ref = _batch_list(prefix, objects, version, new)
+    if batch.stats:
+        new_ref = dataclasses.replace(new_ref, stats=batch.stats)
+    stats = merge_stats(parent.stats if parent is not None else None, batch.stats) \
+        if batch.stats or (parent is not None and parent.stats) else None
 
     checkpoint: CheckpointRef | None = None
     before: list[BatchListRef] = []          # refs the document itself carries, before ours
@@ -244,7 +250,7 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
         checkpoint=checkpoint, batch_lists=[*before, new_ref], validation=validation,
         quarantine=QuarantineSummary(rows=batch.quarantined, by_rule=dict(batch.by_rule),
                                      total_rows=totals.quarantined),
-        totals=totals, holdout_fraction=holdout_fraction)
+        totals=totals, holdout_fraction=holdout_fraction, stats=stats)
     return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
 
 

@@ -37,11 +37,13 @@ model takes raw fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from shardline.core.config_model import DatasetConfig
 from shardline.core.field_spec import target_dtype, target_shape
+from shardline.core.field_stats import mean_std
 
 FieldKind = Literal["image", "tensor", "scalar"]
 TargetKind = Literal["class", "multilabel", "regression", "mask"]
@@ -50,7 +52,9 @@ TargetKind = Literal["class", "multilabel", "regression", "mask"]
 @dataclass(frozen=True)
 class FieldStats:
     """Dataset-level statistics of a numeric field, per channel (axis 0 of the served
-    shape; one entry for a scalar). The trainer normalises with ``mean`` and ``std``."""
+    shape; one entry for a scalar). The trainer normalises with ``mean`` and ``std``.
+    Built from a version's recorded statistics (``Manifest.stats``, merged per batch at
+    ingest: ``core.field_stats``) by :func:`dataset_info`; NaN/Inf values are left out."""
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
@@ -82,6 +86,7 @@ class TargetInfo:
     shape: tuple[int, ...] = ()
     dtype: str = "int16"     # numpy dtype of the stored target (int16 class index, uint8
                              # multilabel 0/1, float32/64 regression, uint8/int16 mask)
+    stats: FieldStats | None = None   # regression: the recorded mean/std (per value)
 
     @property
     def num_outputs(self) -> int:
@@ -114,9 +119,23 @@ class DatasetInfo:
         return tuple(f for f in self.fields if f.kind == "image")
 
 
-def dataset_info(cfg: DatasetConfig) -> DatasetInfo:
-    """The fields and target a dataset's configuration declares (statistics not filled in:
-    they come from a version's recorded statistics)."""
+def field_stats(entry: Mapping[str, Any] | None) -> FieldStats | None:
+    """A version's statistics entry of one field (``core.field_stats``) as
+    :class:`FieldStats` (None: not a numeric entry, or none recorded)."""
+    if not entry or "count" not in entry:
+        return None
+    mean, std = mean_std(dict(entry))
+    nan = float("nan")
+    return FieldStats(mean=mean, std=std,
+                      min=tuple(nan if v is None else float(v) for v in entry["min"]),
+                      max=tuple(nan if v is None else float(v) for v in entry["max"]))
+
+
+def dataset_info(cfg: DatasetConfig, stats: Mapping[str, Any] | None = None) -> DatasetInfo:
+    """The fields and target a dataset's configuration declares; with a version's recorded
+    statistics (``Manifest.stats``), each numeric field's and a regression target's
+    :class:`FieldStats` (per channel) for the trainer to normalise with."""
+    stats = stats or {}
     fields = []
     for name, spec in cfg.field_specs:
         shape = tuple(spec.shape)
@@ -126,10 +145,11 @@ def dataset_info(cfg: DatasetConfig) -> DatasetInfo:
         dtype = spec.resolved_dtype
         vocab = tuple(spec.vocabulary or ())
         fields.append(FieldInfo(name=name, kind=spec.kind, dtype=dtype, shape=shape,
-                                vocabulary=vocab))
+                                vocabulary=vocab, stats=field_stats(stats.get(name))))
     t = cfg.target_spec
     k = len(cfg.classes)
     target = TargetInfo(name=t.name, kind=t.kind,
                         classes=tuple(cfg.classes) if t.kind != "regression" else (),
-                        shape=target_shape(t, k), dtype=target_dtype(t, k))
+                        shape=target_shape(t, k), dtype=target_dtype(t, k),
+                        stats=field_stats(stats.get(t.name)))
     return DatasetInfo(fields=tuple(fields), target=target)

@@ -88,6 +88,11 @@ class Manifest:
         return self.doc.holdout_fraction if self.doc else None
 
     @property
+    def stats(self) -> dict[str, Any] | None:
+        """Dataset-level per-field statistics (``core.field_stats``; None: not recorded)."""
+        return self.doc.stats if self.doc else None
+
+    @property
     def fingerprint(self) -> str:
         return self.doc.fingerprint if self.doc else str(self.raw["schema"]["fingerprint"])
 

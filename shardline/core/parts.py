@@ -211,6 +211,9 @@ class BatchListRef(Part):
     quarantined: int
     ids_path: str
     sources: int
+    # Per-field statistics of the batch's rows (typed fields; ``core.field_stats``), merged
+    # over its shards. None: not recorded (the shorthand's datasets, older versions).
+    stats: dict[str, Any] | None = None
 
     def entry(self) -> BatchEntry:
         return BatchEntry(id=self.batch, version=self.version, rows=self.rows,

@@ -197,6 +197,9 @@ class VersionDoc:
     # split (held-out rows in their own shards) and copied to every later one. None: no
     # version has materialised it yet (every shard is mixed; readers choose the fraction).
     holdout_fraction: float | None = None
+    # Dataset-level per-field statistics (typed fields; ``core.field_stats``): the parent's
+    # merged with this version's batch, so O(1) per version. None: not recorded.
+    stats: dict[str, Any] | None = None
 
     @property
     def own_ref(self) -> BatchListRef | None:
@@ -205,7 +208,14 @@ class VersionDoc:
                      if r.batch == self.batch and r.version == self.version), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        out = to_dict(self)
+        # statistics are optional: documents without them keep their bytes
+        if out.get("stats") is None:
+            out.pop("stats", None)
+        for ref in out.get("batch_lists", []):
+            if ref.get("stats") is None:
+                ref.pop("stats", None)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], key: str) -> VersionDoc:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shardline.core.field_stats import merge_stats
 from shardline.core.store import Store
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA, RowFile, iter_chunks
@@ -52,6 +54,15 @@ class Converted:
     @property
     def rows_quarantined(self) -> int:
         return self.rows_in - self.rows_ok
+
+    def stats(self) -> dict[str, Any] | None:
+        """Per-field statistics of the rows to publish (the data shards' merged; None when
+        the shards recorded none: the shorthand's datasets)."""
+        out: dict[str, Any] | None = None
+        for s in self.data_shards:
+            if s.stats:
+                out = merge_stats(out, s.stats)
+        return out
 
     def _mark(self, table: pa.Table, columns: list[str]) -> pa.Table:
         """``columns`` of ``table``; rows the duplicate check removed read ``quarantined`` /

@@ -72,19 +72,33 @@ def read_jsonl_slice(store: Store, part: Part, cfg: DatasetConfig
     if len(data) != part.stop - part.start:
         raise StoreError(f"s3://{store.bucket}/{part.key}: read {len(data)} bytes of "
                          f"{part.describe()}; re-run")
-    yield from read_jsonl(data, part.source, cfg, first_row=part.first_row)
+    yield from read_jsonl(data, part.source, cfg, first_row=part.first_row, whole=False)
 
 
-def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
-               ) -> Iterator[Record | Problem]:
+def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0,
+               whole: bool = True) -> Iterator[Record | Problem]:
     """Lines of ``data``; ``first_row`` is the line number of its first line within the
-    object (non-zero for a slice), so rows are numbered as in the whole object."""
+    object (non-zero for a slice), so rows are numbered as in the whole object.
+
+    Typed fields, whole object: its rows are held until every line is parsed, so a declared
+    key that no record has quarantines the object once (``missing_field``), not per row (a
+    slice of a large object is never refused whole: its rows report ``missing_value``)."""
+    seen: set[str] = set()
+    items = _jsonl_items(data, cfg, first_row, seen)
+    if not (cfg.typed and whole):
+        yield from items
+        return
+    held = list(items)
+    if any(isinstance(r, Record) for r in held):
+        require_columns(cfg, seen, "keys")
+    yield from held
+
+
+def _jsonl_items(data: bytes, cfg: DatasetConfig, first_row: int, seen: set[str]
+                 ) -> Iterator[Record | Problem]:
     lim = limits_for(cfg)
     lines = data.split(b"\n")
     last = len(lines) - 1
-    # Typed fields: the object's records are held until every line is parsed, so a declared
-    # column that no record has quarantines the object once (``missing_field``), not per row.
-    typed, seen, held = cfg.typed, set[str](), list[Record | Problem]()
     target = cfg.source_column(cfg.target_spec.name)
     for j, line in enumerate(lines):
         if not line.strip():
@@ -113,16 +127,14 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0
                           f"expected a JSON object, got {type(obj).__name__}", line[:4096])
             continue
         tail = j == last and not data.endswith(b"\n")
-        if typed:
+        if cfg.typed:
             seen.update(obj)
-            held.append(Record(i, obj.get(cfg.id_column), obj.get(target, ABSENT), None, line,
-                               tail_cut=tail, values=field_values(cfg, obj.get)))
+            values = {n: obj.get(cfg.source_column(n), ABSENT) for n, _ in cfg.field_specs}
+            yield Record(i, obj.get(cfg.id_column), obj.get(target, ABSENT), None, line,
+                         tail_cut=tail, values=values)
             continue
         yield Record(i, obj.get(cfg.id_column), obj.get(cfg.label_column),
                      obj.get(cfg.image.column), line, tail_cut=tail)
-    if typed and first_row == 0 and any(isinstance(r, Record) for r in held):
-        require_columns(cfg, seen, "keys")
-    yield from held
 
 
 def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:

@@ -63,7 +63,7 @@ def _raise_if_environment(exc: BaseException, store: Store, src: Source) -> None
     if isinstance(exc, OSError) and not isinstance(
             exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
         raise TransientStoreError(
-            f"reading the Zarr group s3://{store.bucket}/{src.key} failed: "
+            f"reading the Zarr group {store.uri(src.key)} failed: "
             f"{type(exc).__name__}: {exc} (retrying may help)") from exc
 
 

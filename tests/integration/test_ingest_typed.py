@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.core.config import load_config
+from shardline.core.fields import dataset_info
 from shardline.core.manifest import latest_manifest
 from shardline.infra import example_data as ex
 from tests.integration.ingest_helpers import (
@@ -83,6 +84,21 @@ def test_sentinel_zarr_round_trip_and_bad_groups(store, spark):
         assert labels[rid] == lab
     for rid in gap_ok:
         assert got[rid].tobytes() == gap[rid][0].tobytes()
+    # the per-field GX suite ran over the published shards
+    assert f"{cfg.name}.fields" in m.validation["suites"]
+    # statistics: per channel, merged over shards into the batch and the version
+    block = np.stack(list(got.values())).astype(np.float64)
+    info = dataset_info(cfg, m.stats)
+    st = info.field("bands").stats
+    assert st is not None and len(st.mean) == 13
+    assert np.allclose(st.mean, block.mean(axis=(0, 2, 3)), atol=1e-6)
+    assert np.allclose(st.std, block.std(axis=(0, 2, 3)), atol=1e-5)
+    assert np.allclose(st.max, block.max(axis=(0, 2, 3)))
+    own = m.doc.own_ref
+    assert own.stats == m.stats
+    counts = np.bincount(table.column("label").to_numpy(), minlength=4)
+    assert own.stats["label"]["label_counts"] == {str(i): int(n) for i, n in
+                                                  enumerate(counts) if n}
 
 
 def test_diabetes_parquet_regression_round_trip(store, spark):
@@ -115,6 +131,9 @@ def test_diabetes_parquet_regression_round_trip(store, spark):
     for i, rid in enumerate(src.column("id").to_pylist()):
         assert got[rid].tobytes() == want[i].tobytes()
         assert target[rid] == src.column("progression")[i].as_py()
+    t = dataset_info(cfg, m.stats).target.stats
+    prog = table.column("progression").to_numpy()
+    assert t is not None and np.isclose(t.mean[0], prog.mean()) and t.max == (prog.max(),)
     q = {r["id"]: r["message"] for r in quarantined_rows(store, m).to_pylist()}
     assert "'progression'" in q["n1"] and "allow_nan" in q["n1"]
     assert "'features'" in q["n2"] and "[0.0, 1.0]" not in q["n2"]
