@@ -244,7 +244,7 @@ def evaluate(c: Ctx) -> Run:
             out = np.empty((len(rows), nbytes), np.uint8)
             for k in np.unique(seg).tolist():
                 pick = seg == k
-                out[pick] = shard.segments[k][off[pick]]
+                out[pick] = shard.segments[k][0][off[pick]]
             c.counts.add("get", "x/shards/" + s.entry.path, path.stat().st_size)
             held += len(rows)
             opened += 1

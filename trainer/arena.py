@@ -7,11 +7,13 @@ checks, a GIL release, a memory pipeline that drains between calls): ~10-15 % of
 60-80 us batch. With every shard at a fixed row offset of one ``[rows, nbytes]`` array, a
 batch is one ``take`` of precomputed arena rows, as from one memory-mapped file.
 
-Every train shard has its own rows (``base``), fixed for the run: a shard is copied in
-once (``claim`` then ``fill``, which releases the GIL) and never moved or overwritten, so
-readers need no protection. A window is gathered from the arena only when all its shards
-are filled (``bases``), else from the maps: same bytes in the same order, so the batches
-and the resume state do not depend on when (or whether) the copies happened.
+One ``[rows, nbytes]`` array per gathered column (``trainer.columns``): a batch is one
+``take`` per column. Every train shard has its own rows (``base``), fixed for the run: a
+shard is copied in once (``claim`` then ``fill``, which releases the GIL) and never moved
+or overwritten, so readers need no protection. A window is gathered from the arena only
+when all its shards are filled (``bases``), else from the maps: same bytes in the same
+order, so the batches and the resume state do not depend on when (or whether) the copies
+happened.
 
 Used only when the whole training set fits the budget (the stream's ``arena_bytes``; by
 default the reader's keep-open budget, 1 GiB of pixels, shared by the ranks of the run,
@@ -23,6 +25,7 @@ touch of fresh memory is most of a fill's time), on top of the shard files' page
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 
@@ -32,24 +35,26 @@ from shardline.trainer.shard_file import OpenShard
 
 
 class ShardArena:
-    def __init__(self, rows: dict[int, int], nbytes: int) -> None:
-        """``rows``: shard ordinal -> its row count (the arena's layout, in this order)."""
+    def __init__(self, rows: dict[int, int], widths: Sequence[int]) -> None:
+        """``rows``: shard ordinal -> its row count (the arena's layout, in this order);
+        ``widths``: bytes per row of each column."""
         starts = np.cumsum([0, *rows.values()]).tolist()
         self.base = dict(zip(rows, starts, strict=False))
         self.rows = dict(rows)
-        self.data = np.empty((starts[-1], nbytes), np.uint8)
+        self.data = [np.empty((starts[-1], w), np.uint8) for w in widths]
         self._filled: set[int] = set()
         self._claimed: set[int] = set()
         self._lock = threading.Lock()
         self.copied = 0                                     # shards copied in
 
     @classmethod
-    def sized(cls, budget_bytes: int, rows: dict[int, int], nbytes: int) -> ShardArena | None:
+    def sized(cls, budget_bytes: int, rows: dict[int, int], widths: Sequence[int]
+              ) -> ShardArena | None:
         """An arena for these shards, or None when they do not fit ``budget_bytes``."""
-        total = sum(rows.values()) * nbytes
+        total = sum(rows.values()) * math.fsum(widths)
         if not rows or total <= 0 or total > budget_bytes:
             return None
-        return cls(rows, nbytes)
+        return cls(rows, widths)
 
     def bases(self, ordinals: Sequence[int]) -> list[int] | None:
         """The arena row of each shard's row 0 when all of them are filled, else None."""
@@ -77,8 +82,9 @@ class ShardArena:
                     raise ValueError(f"shard {shard.key} has {shard.rows} rows, the arena "
                                      f"reserved {self.rows[o]}")
                 base = self.base[o]
-                for seg, start in zip(shard.segments, shard.starts.tolist(), strict=False):
-                    np.copyto(self.data[base + start:base + start + len(seg)], seg)
+                for cols, start in zip(shard.segments, shard.starts.tolist(), strict=False):
+                    for data, seg in zip(self.data, cols, strict=True):
+                        np.copyto(data[base + start:base + start + len(seg)], seg)
                 with self._lock:
                     self._filled.add(o)
                     self.copied += 1

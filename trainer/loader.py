@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torchdata.nodes import Loader
 
-from shardline.trainer.buffers import BufferPool, as_nchw
+from shardline.trainer.buffers import BufferPool
 from shardline.trainer.options import LoaderSpec
 from shardline.trainer.picks import build_picks, gather_into
 from shardline.trainer.plan import TrainPlan
@@ -50,10 +50,12 @@ def make_train_loader(stream: ShardStream, spec: LoaderSpec) -> Loader[Batch]:
 def eval_batches(plan: TrainPlan, reader: ShardReader, pool: BufferPool, *, rank: int = 0,
                  world: int = 1, lookahead_bytes: int | None = None) -> Iterator[Batch]:
     """Batches of the held-out rows (``key`` maps back to shard and row), read from
-    ``plan.eval_shards`` only.
+    ``plan.eval_shards`` only; the same dicts as the training stream's.
 
-    Batches come from ``pool`` (its batch size); release them with ``pool.release``."""
-    batch_size = pool.shape[0]
+    Batches come from ``pool`` (``reader.pool(batch_size)``); release them with
+    ``pool.release``."""
+    batch_size = pool.batch_size
+    label = reader.layout.target if reader.layout.label_source is not None else None
     shards = plan.eval_shards
     items: list[tuple[int, OpenShard, np.ndarray, np.ndarray]] = []
     rows_in_group = 0
@@ -70,10 +72,12 @@ def eval_batches(plan: TrainPlan, reader: ShardReader, pool: BufferPool, *, rank
             picks = build_picks(items)
             for lo in range(0, len(picks), batch_size):
                 hi = min(lo + batch_size, len(picks))
-                images = pool.acquire()
+                buf = pool.acquire()
                 labels, keys = np.empty(hi - lo, np.int64), np.empty(hi - lo, np.int64)
-                gather_into(images.numpy(), picks, lo, hi, 0, labels, keys)
-                yield {"image": as_nchw(images[:hi - lo], reader.shape),
-                       "label": torch.from_numpy(labels), "key": torch.from_numpy(keys),
-                       "epoch": 0, "epoch_end": hi == len(picks)}
+                gather_into(pool.views(buf)[0], picks, lo, hi, 0, labels, keys)
+                batch: Batch = pool.batch(buf, hi - lo)
+                if label is not None:
+                    batch[label] = torch.from_numpy(labels)
+                batch.update(key=torch.from_numpy(keys), epoch=0, epoch_end=hi == len(picks))
+                yield batch
             items, rows_in_group = [], 0

@@ -1,13 +1,14 @@
 """``Picks``: the samples a window (or an evaluation group) gathers, and the batch gather.
 
 The gather is the loader's hot path. Picks hold, per sample, its segment (one record
-batch of one shard: a ``[rows, nbytes]`` uint8 view) and row, plus label and key. Runs of
-consecutive picks from the same segment are found once, when the picks are built, so a
-batch is copied with one ``ndarray.take(rows, 0, out)`` per run straight into the batch
-buffer (pinned when CUDA is used), and labels/keys are plain slices: no per-sample Python,
-no per-batch sort. numpy releases the GIL for the copies. With a ``ShardArena``
-(``trainer.arena``) a window's picks also carry each pick's arena row (``flat``), and a
-batch is one ``take`` from the arena instead.
+batch of one shard: a ``[rows, nbytes]`` uint8 view per gathered column, see
+``trainer.columns``) and row, plus class label and key. Runs of consecutive picks from the
+same segment are found once, when the picks are built, so a batch is copied with one
+``ndarray.take(rows, 0, out)`` per run and column straight into the batch buffer's region
+of that column (pinned when CUDA is used), and labels/keys are plain slices: no
+per-sample Python, no per-batch sort. numpy releases the GIL for the copies. With a
+``ShardArena`` (``trainer.arena``) a window's picks also carry each pick's arena row
+(``flat``), and a batch is one ``take`` per column from the arena instead.
 
 A training window is a random permutation of its samples, *sorted within each batch*
 by (segment, row) (``select(pos, chunk=batch_size, phase=...)``): the order of samples
@@ -21,6 +22,7 @@ exactly the same window.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,19 +38,19 @@ _ROW_MASK = np.int64(0xFFFFFFFF)
 class Picks:
     """Samples to gather: a flat list of segments and, per sample, which one and which row."""
 
-    segments: list[np.ndarray]    # [rows, nbytes] uint8 views
+    segments: list[tuple[np.ndarray, ...]]   # per segment, per column: [rows, nbytes] uint8
     seg: np.ndarray               # int32 [n] index into ``segments``
     row: np.ndarray               # int64 [n] row within the segment
-    label: np.ndarray             # int64 [n]
+    label: np.ndarray             # int64 [n] class target (zeros for other targets)
     key: np.ndarray               # int64 [n] (shard ordinal << 32) | row in shard
     runs: list[int] = field(init=False, repr=False)      # start of each same-segment run
     run_seg: list[int] = field(init=False, repr=False)   # its segment
     _sort_key: np.ndarray | None = field(init=False, repr=False, default=None)
-    # batch start -> the copies of that full batch: (take method, rows, out lo, out hi)
-    plans: dict[int, list[tuple[Any, np.ndarray, int, int]]] = field(
+    # batch start -> per column, the copies of that full batch: (take, rows, out lo, out hi)
+    plans: dict[int, list[list[tuple[Any, np.ndarray, int, int]]]] = field(
         init=False, repr=False, default_factory=dict)
-    # with a ``ShardArena``: every pick's row in ``arena`` (one ``take`` per batch)
-    arena: np.ndarray | None = field(init=False, repr=False, default=None)
+    # with a ``ShardArena``: every pick's row in ``arena`` (one ``take`` per batch and column)
+    arena: list[np.ndarray] | None = field(init=False, repr=False, default=None)
     flat: np.ndarray | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -79,7 +81,7 @@ class Picks:
 
 def plan_batches(picks: Picks, chunk: int, phase: int) -> None:
     """Work out, once per window, every full batch's copies (``Picks.plans``): one
-    ``take`` per same-segment run inside each span [phase + k*chunk, +chunk). The batch
+    ``take`` per column and same-segment run inside each span [phase + k*chunk, +chunk). The batch
     path then only loops over ready tuples; the window build (on the stream's helper
     thread) pays for the bookkeeping instead."""
     n = len(picks)
@@ -92,11 +94,17 @@ def plan_batches(picks: Picks, chunk: int, phase: int) -> None:
     lo, hi = cuts[:-1], cuts[1:]
     batch = (lo - starts[0]) // chunk
     base = starts[0] + batch * chunk
-    takes = [seg.take for seg in picks.segments]
+    takes = [[col.take for col in seg] for seg in picks.segments]
+    ncols = len(takes[0]) if takes else 0
     row, plans = picks.row, picks.plans
     for a, b, s, k, z in zip(lo.tolist(), hi.tolist(), picks.seg[lo].tolist(),
                              base.tolist(), (lo - base).tolist(), strict=True):
-        plans.setdefault(k, []).append((takes[s], row[a:b], z, z + b - a))
+        per_col = plans.get(k)
+        if per_col is None:
+            per_col = plans[k] = [[] for _ in range(ncols)]
+        rows = row[a:b]
+        for c in range(ncols):
+            per_col[c].append((takes[s][c], rows, z, z + b - a))
 
 
 def _chunk_order(keys: np.ndarray, chunk: int, phase: int) -> np.ndarray:
@@ -112,7 +120,7 @@ def _chunk_order(keys: np.ndarray, chunk: int, phase: int) -> np.ndarray:
 
 def build_picks(items: list[tuple[int, OpenShard, np.ndarray, np.ndarray]]) -> Picks:
     """Picks over several open shards: ``items`` = (shard ordinal, shard, rows, labels)."""
-    segments: list[np.ndarray] = []
+    segments: list[tuple[np.ndarray, ...]] = []
     seg_l, row_l, lab_l, key_l = [], [], [], []
     for ordinal, shard, rows, labels in items:
         seg, local = shard.locate(rows)
@@ -128,10 +136,11 @@ def build_picks(items: list[tuple[int, OpenShard, np.ndarray, np.ndarray]]) -> P
                  np.concatenate(lab_l), np.concatenate(key_l))
 
 
-def gather_into(out: np.ndarray, picks: Picks, lo: int, hi: int, at: int,
+def gather_into(outs: Sequence[np.ndarray], picks: Picks, lo: int, hi: int, at: int,
                 labels: np.ndarray | None = None, keys: np.ndarray | None = None) -> None:
-    """Copy picks[lo:hi] (in their order) into out[at:at+n], labels and keys likewise
-    (when given; a batch within one window can use slices of ``picks.label``/``key``)."""
+    """Copy picks[lo:hi] (in their order) into each column's ``outs[c][at:at+n]``, labels and
+    keys likewise (when given; a batch within one window can use slices of
+    ``picks.label``/``key``)."""
     n = hi - lo
     if n <= 0:
         return
@@ -140,11 +149,14 @@ def gather_into(out: np.ndarray, picks: Picks, lo: int, hi: int, at: int,
     if keys is not None:
         keys[at:at + n] = picks.key[lo:hi]
     if picks.arena is not None and picks.flat is not None:
-        picks.arena.take(picks.flat[lo:hi], 0, out[at:at + n], "clip")
+        flat = picks.flat[lo:hi]
+        for data, out in zip(picks.arena, outs, strict=True):
+            data.take(flat, 0, out[at:at + n], "clip")
         return
     runs = picks.runs
     i, j = bisect_right(runs, lo) - 1, bisect_left(runs, hi)
     bounds = [lo, *runs[i + 1:j], hi]
     segments, row, shift = picks.segments, picks.row, at - lo
     for a, b, s in zip(bounds[:-1], bounds[1:], picks.run_seg[i:j], strict=True):
-        segments[s].take(row[a:b], 0, out[a + shift:b + shift], "clip")
+        for col, out in zip(segments[s], outs, strict=True):
+            col.take(row[a:b], 0, out[a + shift:b + shift], "clip")

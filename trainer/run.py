@@ -24,7 +24,6 @@ from shardline.core.config import Config
 from shardline.core.store import Store
 from shardline.trainer import dist
 from shardline.trainer.accel import apply_backends, compiled, plan_step
-from shardline.trainer.buffers import BufferPool
 from shardline.trainer.candidate import finish
 from shardline.trainer.checkpoint import (
     load_model_tensors,
@@ -84,8 +83,7 @@ class _Trainer:
         self.ctx = ctx
         loader = ctx.options.loader
         self.lookahead = int(loader.lookahead_mb * 2**20)
-        self.eval_pool = BufferPool(loader.eval_batch_size, ctx.cfg.dataset.image.nbytes,
-                                    ctx.place.cuda)
+        self.eval_pool = ctx.reader.pool(loader.eval_batch_size, ctx.place.cuda)
         self.last_eval: EvalResult | None = None
         o = ctx.options
         self.step = plan_step(o.optimizer, o.compile_mode, o.tf32, o.cudnn_benchmark,
@@ -161,9 +159,8 @@ class _Trainer:
         ctx = self.ctx
         batches = eval_batches(ctx.plan, ctx.reader, self.eval_pool, rank=ctx.info.rank,
                                world=ctx.info.world, lookahead_bytes=self.lookahead)
-        first = ctx.data.fields[0].name
         return evaluate(model, batches, ctx.plan, ctx.place, ctx.objective, ctx.hooks.score,
-                        release=lambda b: self.eval_pool.release(b[first]))
+                        release=self.eval_pool.release)
 
     def _evaluate_before(self, model: torch.nn.Module) -> EvalResult | None:
         if self.ctx.start.promoted is None:

@@ -2,7 +2,7 @@
 computed once per run (ingest's shard writer is ``shardline.tasks``' business).
 
 Open shards are kept across windows and epochs (least recently used first out, bounded by
-``keep_open_bytes`` of pixel data): re-opening costs the IPC footer parse per record batch
+``keep_open_bytes`` of gathered column data): re-opening costs the IPC footer parse per record batch
 and, for LZ4 shards, decompressing the whole shard again every epoch. One shard file on its
 own is ``trainer.shard_file``; the batch gather lives in ``trainer.picks``.
 """
@@ -13,6 +13,9 @@ import threading
 from collections import OrderedDict
 
 from shardline.core.config import DatasetConfig
+from shardline.core.fields import DatasetInfo, dataset_info
+from shardline.trainer.buffers import BufferPool
+from shardline.trainer.columns import Layout, layout_for
 from shardline.trainer.fetch import ShardSource
 from shardline.trainer.plan import PlannedShard
 from shardline.trainer.shard_file import OpenShard, ShardFormatError, ShardIndex
@@ -24,18 +27,20 @@ class ShardReader:
     """Opens planned shards through ``source``; caches their :class:`ShardIndex` and keeps
     up to ``keep_open_bytes`` of recently used shards open (mapped, or decompressed LZ4).
 
+    The columns it serves follow the dataset's fields and target (``info``: default
+    ``dataset_info(dataset)``; ``trainer.columns``).
+
     A shard dropped from the open set is not closed: windows still reading it keep its
     buffers alive, and they are freed when the last one is done. A shard file evicted from
     the disk cache while open keeps its disk blocks until then (POSIX unlink semantics).
     """
 
     def __init__(self, source: ShardSource, dataset: DatasetConfig,
-                 keep_open_bytes: int = DEFAULT_KEEP_OPEN_BYTES) -> None:
+                 keep_open_bytes: int = DEFAULT_KEEP_OPEN_BYTES,
+                 info: DatasetInfo | None = None) -> None:
         self.source = source
-        self.shape = dataset.image.shape
-        self.image_column = dataset.image.column
-        self.id_column = dataset.id_column
-        self.label_column = dataset.label_column
+        self.info = info if info is not None else dataset_info(dataset)
+        self.layout: Layout = layout_for(self.info, dataset)
         self.keep_open_bytes = int(keep_open_bytes)
         self._indexes: dict[int, ShardIndex] = {}
         self._open: OrderedDict[str, OpenShard] = OrderedDict()   # sha256 -> open shard
@@ -50,7 +55,7 @@ class ShardReader:
                 self._open.move_to_end(s.entry.sha256)
                 return shard
         path = self.source.path(s.entry)
-        shard = OpenShard(path, self.shape, self.image_column, key=s.entry.path)
+        shard = OpenShard(path, self.layout, key=s.entry.path)
         if shard.rows != s.entry.rows:
             raise ShardFormatError(
                 f"shard {s.entry.path} has {shard.rows} rows, its manifest entry says "
@@ -58,7 +63,7 @@ class ShardReader:
             )
         index = None
         if s.ordinal not in self._indexes:
-            index = shard.index(self.id_column, self.label_column)
+            index = shard.index()
         with self._lock:
             self.opened += 1
             if index is not None:
@@ -76,6 +81,10 @@ class ShardReader:
         while self._open_bytes > self.keep_open_bytes:
             _, old = self._open.popitem(last=False)
             self._open_bytes -= old.rows * old.nbytes
+
+    def pool(self, batch_size: int, pin: bool = False) -> BufferPool:
+        """Reusable batch buffers for this reader's columns (evaluation, notebook loaders)."""
+        return BufferPool(batch_size, self.layout, pin)
 
     def index(self, s: PlannedShard) -> ShardIndex:
         with self._lock:

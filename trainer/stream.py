@@ -27,9 +27,12 @@ touches (``trainer.arena``); same bytes, same order, same state. The copying is 
 cost per run (S: ~157 MB of fresh memory, 0.05-0.74 s here, mostly page faults), paid when
 the stream starts, like opening and indexing the shards.
 
-Batches: ``image`` uint8 [B, C, H, W] (channels-last memory: a view of the HWC bytes),
-``label`` int64 [B], ``key`` int64 [B] = (shard ordinal << 32) | row, ``epoch``,
-``epoch_end``.
+Batches (``shardline.core.fields``): one tensor per field, named after it (an image
+``[B, C, H, W]`` in channels-last memory: a view of the HWC rows; a tensor ``[B, *shape]``;
+a scalar ``[B]``), the target under its name (a class index int64 ``[B]``, e.g. the legacy
+``label``; otherwise its stored dtype and shape), ``key`` int64 [B] = (shard ordinal << 32)
+| row, ``epoch``, ``epoch_end``. Every field and target tensor views the one batch buffer
+(``trainer.buffers``): nothing is copied after the gather.
 """
 
 from __future__ import annotations
@@ -44,7 +47,6 @@ import torch
 from torchdata.nodes import BaseNode
 
 from shardline.trainer.arena import ShardArena
-from shardline.trainer.buffers import BufferPool, as_nchw
 from shardline.trainer.order import make_windows, rank_positions, shard_order, window_permutation
 from shardline.trainer.picks import Picks, build_picks, gather_into, plan_batches
 from shardline.trainer.plan import PlannedShard, TrainPlan
@@ -80,8 +82,10 @@ class ShardStream(BaseNode[Batch]):
         self._build_lock = threading.Lock()   # the window caches, shared with the helper
         self._ahead: tuple[tuple[int, int, int], Future[Picks]] | None = None
         self._windows_by_epoch: dict[int, list[list[int]]] = {}
-        self.shape = reader.shape
-        self.nbytes = int(np.prod(self.shape))
+        self.cols = reader.layout
+        self.nbytes = self.cols.row_bytes
+        # a class target's indexes travel with the picks; any other target is a column
+        self._label = self.cols.target if self.cols.label_source is not None else None
         self._shards: list[PlannedShard] = plan.train_shards
         self._expected = [plan.expected_rows(s) for s in self._shards]
         self._rows: dict[int, np.ndarray] = {}
@@ -96,10 +100,10 @@ class ShardStream(BaseNode[Batch]):
             arena_bytes = reader.keep_open_bytes // max(world, 1) if small and epochs > 1 \
                 else 0
         self.arena = ShardArena.sized(arena_bytes, {s.ordinal: s.entry.rows
-                                                    for s in self._shards}, self.nbytes)
+                                                    for s in self._shards}, self.cols.widths)
         self.layout = (f"{plan.fingerprint()}/b{batch_size}/e{epochs}/s{seed}/w{world}"
                        f"/win{window_rows}x{window_min_shards}")
-        self.pool = BufferPool(batch_size, self.nbytes, pin_memory)
+        self.pool = reader.pool(batch_size, pin_memory)
         self.samples, self.busy_s = 0, 0.0       # production stats (read by the trainer)
         self.windows_built = self.windows_prebuilt = 0   # windows, and those from the helper
         self.windows_arena = 0                           # builds gathered from the arena
@@ -132,25 +136,30 @@ class ShardStream(BaseNode[Batch]):
         while True:
             if self._epoch >= self.epochs:
                 raise StopIteration
-            images = self.pool.acquire()
-            out, full = self.pool.views(images, self.shape)
+            buf = self.pool.acquire()
+            outs, full = self.pool.views(buf)
             n, epoch, win, at = 0, self._epoch, self._win, self._offset
             if win is not None and at + size < len(win):   # common case: inside one window
                 flat = win.flat
-                if flat is not None:                       # one take from the arena
-                    win.arena.take(flat[at:at + size], 0, out, "clip")  # type: ignore[union-attr]
+                if flat is not None:                       # one take per column (arena)
+                    rows = flat[at:at + size]
+                    for data, out in zip(win.arena, outs, strict=False):  # type: ignore[arg-type]
+                        data.take(rows, 0, out, "clip")
                 elif (plan := win.plans.get(at)) is None:
-                    gather_into(out, win, at, at + size, 0)
+                    gather_into(outs, win, at, at + size, 0)
                 else:                                      # copies worked out per window
-                    for take, rows, a, b in plan:
-                        take(rows, 0, out[a:b], "clip")
+                    for out, copies in zip(outs, plan, strict=False):
+                        for take, rows, a, b in copies:
+                            take(rows, 0, out[a:b], "clip")
                 self._offset = at + size
                 self.samples += size
                 self.busy_s += time.perf_counter() - t0
                 # labels/keys: views of the window's arrays (each position is used once)
-                return {"image": full, "label": torch.from_numpy(win.label[at:at + size]),
-                        "key": torch.from_numpy(win.key[at:at + size]), "epoch": epoch,
-                        "epoch_end": False}
+                keys = torch.from_numpy(win.key[at:at + size])
+                if self._label is None:
+                    return {**full, "key": keys, "epoch": epoch, "epoch_end": False}
+                return {**full, self._label: torch.from_numpy(win.label[at:at + size]),
+                        "key": keys, "epoch": epoch, "epoch_end": False}
             lab = np.empty(size, np.int64)
             key = np.empty(size, np.int64)
             while n < size:
@@ -158,7 +167,7 @@ class ShardStream(BaseNode[Batch]):
                 if win is None:
                     break
                 take = min(size - n, len(win) - self._offset)
-                gather_into(out, win, self._offset, self._offset + take, n, lab, key)
+                gather_into(outs, win, self._offset, self._offset + take, n, lab, key)
                 n += take
                 self._offset += take
             epoch_end = self._window(n) is None
@@ -167,14 +176,17 @@ class ShardStream(BaseNode[Batch]):
             if n:
                 self.samples += n
                 self.busy_s += time.perf_counter() - t0
-                return {"image": full if n == size else as_nchw(images[:n], self.shape),
-                        "label": torch.from_numpy(lab[:n]), "key": torch.from_numpy(key[:n]),
-                        "epoch": epoch, "epoch_end": epoch_end}
-            self.pool.release(images)
+                batch: Batch = self.pool.batch(buf, n)
+                if self._label is not None:
+                    batch[self._label] = torch.from_numpy(lab[:n])
+                batch["key"] = torch.from_numpy(key[:n])
+                batch["epoch"], batch["epoch_end"] = epoch, epoch_end
+                return batch
+            self.pool.release(buf)
 
     def release(self, batch: Batch, event: Any = None) -> None:
-        """Hand a consumed batch's image buffer back for reuse (see ``BufferPool``)."""
-        self.pool.release(batch["image"], event)
+        """Hand a consumed batch's buffer back for reuse (see ``BufferPool``)."""
+        self.pool.release(batch, event)
 
     def _epoch_windows(self, epoch: int | None = None) -> list[list[int]]:
         """The windows (lists of train-shard indexes) of ``epoch`` (default: the current)."""

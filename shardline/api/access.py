@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 from typing import Any
 
-from shardline.core.config import StoreSettings
+from shardline.core.config import Config, DatasetConfig, StoreSettings, load_config
 from shardline.core.errors import ConfigError
 from shardline.core.store import ObjectStore
+
+DatasetRef = str | os.PathLike[str] | Config | DatasetConfig
 
 
 def _stack_env() -> dict[str, str]:
@@ -70,3 +73,19 @@ def arrow_filesystem(settings: StoreSettings) -> Any:
         kwargs.update(endpoint_override=url.netloc + url.path.rstrip("/"),
                       scheme=url.scheme or "https")
     return fs.S3FileSystem(**kwargs)
+
+
+def dataset_ref(ref: DatasetRef) -> tuple[Config | DatasetConfig | None, str]:
+    """(config if known, key prefix) for a dataset name, TOML path or config object."""
+    if isinstance(ref, Config):
+        return ref, ref.dataset.prefix
+    if isinstance(ref, DatasetConfig):
+        return ref, ref.prefix
+    text = os.fspath(ref)
+    if text.endswith(".toml") or Path(text).is_file():
+        cfg = load_config(text)
+        return cfg, cfg.dataset.prefix
+    if not text or "/" in text.strip("/"):
+        raise ConfigError(f"dataset {text!r}: pass a dataset name (e.g. 'digits'), a TOML "
+                          "path or a Config; use root=... for another key prefix than 'lake'")
+    return None, text

@@ -2,6 +2,7 @@
 
     import shardline
     ds = shardline.open_dataset("digits")           # latest version; or version=3
+    ds.fields                                        # the typed fields and the target
     table = ds.to_table()                            # pyarrow.Table (also .to_pandas())
     held = shardline.open_dataset("digits", split="holdout")   # the evaluation rows only
 
@@ -13,81 +14,32 @@ names (a ``label=3`` folder would otherwise add a second, differently typed ``la
 from __future__ import annotations
 
 import base64
-import os
-from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from shardline.api.access import arrow_filesystem, store_for
+from shardline.api.access import DatasetRef, arrow_filesystem, dataset_ref, store_for
 from shardline.api.splits import Split, check_split, read_split, shards_of
+from shardline.api.tensors import column_array, to_frame
+from shardline.api.versions import VersionDiff
 from shardline.core.config import (
     Config,
     DatasetConfig,
     StoreSettings,
     TrainConfig,
-    load_config,
 )
-from shardline.core.errors import ConfigError
+from shardline.core.fields import DatasetInfo, dataset_info
 from shardline.core.idhash import dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, resolve_version
 from shardline.core.schema import QUARANTINE_SCHEMA
 from shardline.core.store import ObjectStore
+from shardline.trainer.columns import Layout, layout_for
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow.dataset as pads
-
-DatasetRef = str | os.PathLike[str] | Config | DatasetConfig
-
-
-def _dataset_config(ref: DatasetRef) -> tuple[Config | DatasetConfig | None, str]:
-    """(config if known, key prefix) for a dataset name, TOML path or config object."""
-    if isinstance(ref, Config):
-        return ref, ref.dataset.prefix
-    if isinstance(ref, DatasetConfig):
-        return ref, ref.prefix
-    text = os.fspath(ref)
-    if text.endswith(".toml") or Path(text).is_file():
-        cfg = load_config(text)
-        return cfg, cfg.dataset.prefix
-    if not text or "/" in text.strip("/"):
-        raise ConfigError(f"dataset {text!r}: pass a dataset name (e.g. 'digits'), a TOML "
-                          "path or a Config; use root=... for another key prefix than 'lake'")
-    return None, text
-
-
-@dataclass(frozen=True)
-class VersionDiff:
-    """What changed between two versions of a dataset (shards are immutable files)."""
-
-    dataset: str
-    from_version: int
-    to_version: int
-    added: list[ShardEntry]
-    removed: list[ShardEntry]
-    added_batches: list[str]
-    removed_batches: list[str]
-
-    @property
-    def rows_added(self) -> int:
-        return sum(s.rows for s in self.added)
-
-    @property
-    def rows_removed(self) -> int:
-        return sum(s.rows for s in self.removed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dataset": self.dataset, "from_version": self.from_version,
-                "to_version": self.to_version, "rows_added": self.rows_added,
-                "rows_removed": self.rows_removed, "added_batches": self.added_batches,
-                "removed_batches": self.removed_batches,
-                "shards_added": [s.path for s in self.added],
-                "shards_removed": [s.path for s in self.removed]}
-
 
 class Dataset:
     """One committed version of a dataset (immutable), opened from its manifest.
@@ -139,8 +91,15 @@ class Dataset:
         return tuple(self.manifest.schema.shape)
 
     @cached_property
+    def fields(self) -> DatasetInfo:
+        """The version's typed fields and target (name, kind, dtype, per-sample shape as
+        the loader serves it; ``shardline.core.fields``)."""
+        return dataset_info(self.config)
+
+    @cached_property
     def schema(self) -> pa.Schema:
-        """The row schema the version records (``label`` int16, ``image`` fixed-size bytes)."""
+        """The row schema the version records (one column per field and the target, plus
+        ``id``, ``source_key``, ``source_row``)."""
         info = self.manifest.schema
         if info.ipc_b64:
             return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(info.ipc_b64)))
@@ -196,18 +155,30 @@ class Dataset:
 
     def to_pandas(self, columns: list[str] | None = None, new_only: bool = False,
                   label_names: bool = False) -> pd.DataFrame:
-        """The rows as a DataFrame; ``label_names`` adds a ``class`` column with names."""
-        df = self.to_table(columns, new_only=new_only).to_pandas()
-        if label_names and "label" in df:
-            df["class"] = np.asarray(self.classes, dtype=object)[df["label"].to_numpy()]
+        """The rows as a DataFrame: each image or tensor cell a numpy N-d array (an image
+        H, W, C); ``label_names`` adds a ``class`` column with names (a class target)."""
+        df = to_frame(self.to_table(columns, new_only=new_only), self._layout)
+        label = self._layout.label_source
+        if label_names and label is not None and label in df:
+            df["class"] = np.asarray(self.fields.target.classes, dtype=object)[
+                df[label].to_numpy()]
         return df
 
+    def array(self, table: pa.Table, name: str) -> np.ndarray:
+        """Field (or target) ``name`` of ``table`` as one numpy array ``[N, *shape]`` in its
+        stored shape (an image H, W, C), a view of the Arrow buffer where it can be."""
+        for col in self._layout.columns:
+            if col.name == name:
+                return column_array(table, col)
+        return table.column(name).to_numpy()
+
     def images(self, table: pa.Table) -> np.ndarray:
-        """The ``image`` column of ``table`` as uint8 ``[N, H, W, C]``."""
-        col = table.column(self.config.image.column).combine_chunks()
-        flat = np.frombuffer(col.buffers()[1], np.uint8, count=len(col) * int(np.prod(
-            self.shape)), offset=col.offset * int(np.prod(self.shape)))
-        return flat.reshape(len(col), *self.shape)
+        """The first image field of ``table`` (legacy: ``image``) as ``[N, H, W, C]``."""
+        return self.array(table, self.fields.images[0].name)
+
+    @cached_property
+    def _layout(self) -> Layout:
+        return layout_for(self.fields, self.config)
 
     # -- quarantine, history ----------------------------------------------------------------
     def quarantine(self, all_batches: bool = False) -> pa.Table:
@@ -246,7 +217,8 @@ class Dataset:
 
     # -- torch ------------------------------------------------------------------------------
     def torch_loader(self, batch_size: int = 256, **kwargs: Any) -> Any:
-        """A torchdata ``Loader`` of ``{"image", "label", "key", ...}`` batches, built on the
+        """A torchdata ``Loader`` of batches (one tensor per field and the target, ``key``,
+        ...: ``{"image", "label", "key", ...}`` for an image dataset), built on the
         trainer's loader (windowed shuffle, resume through ``state_dict``, ranks).
 
         See :func:`shardline.api.torch_data.make_loader` for the arguments."""
@@ -279,7 +251,7 @@ def open_dataset(dataset: DatasetRef, version: int | None = None, *,
         ConfigError: no bucket is configured anywhere.
         StoreError: no such version (the message lists the known ones), S3 unreachable.
     """
-    cfg, prefix = _dataset_config(dataset)
+    cfg, prefix = dataset_ref(dataset)
     if cfg is None:
         prefix = f"{root.strip('/')}/{prefix.strip('/')}"
     s = store_for(store, bucket=bucket, endpoint_url=endpoint_url, **settings)
@@ -292,7 +264,7 @@ def list_dataset_versions(dataset: DatasetRef, *, store: ObjectStore | StoreSett
     """One row per committed version, latest first (counts from the version documents)."""
     from shardline.api.versions import version_rows
 
-    cfg, prefix = _dataset_config(dataset)
+    cfg, prefix = dataset_ref(dataset)
     if cfg is None:
         prefix = f"{root.strip('/')}/{prefix.strip('/')}"
     return version_rows(store_for(store, bucket=bucket, endpoint_url=endpoint_url,

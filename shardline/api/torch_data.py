@@ -5,8 +5,11 @@ local shard cache, memory-mapped shards, the windowed shuffle of ``ShardStream``
 seed, resume from ``state_dict``, each rank a disjoint share). Nothing is written to the
 bucket; shard files are cached under ``cache_dir``.
 
-Batches are dicts: ``image`` uint8 ``[B, C, H, W]``, ``label`` int64 ``[B]``, ``key`` int64
-``[B]`` (shard ordinal << 32 | row), ``epoch``, ``epoch_end``.
+Batches are dicts (``shardline.core.fields``): one tensor per field, named after it (an
+image ``[B, C, H, W]`` over channels-last memory, a tensor ``[B, *shape]``, a scalar
+``[B]``; the legacy ``image`` is uint8), the target under its name (a class index int64
+``[B]``, e.g. ``label``; a multi-label 0/1 uint8 ``[B, K]``; a regression float32), ``key``
+int64 ``[B]`` (shard ordinal << 32 | row), ``epoch``, ``epoch_end``.
 
 ``split``: ``"all"`` rows, or the trainer's ``"train"`` / ``"holdout"`` split: the split's
 own shards (written by ingest) plus older mixed shards masked by id hash with the dataset's
@@ -28,7 +31,6 @@ from shardline.api.splits import Split, check_split
 from shardline.core.config import TrainConfig
 from shardline.core.parts import HOLDOUT
 from shardline.core.settings import RuntimeEnv, read_env
-from shardline.trainer.buffers import BufferPool
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.dist import DistInfo
 from shardline.trainer.fetch import ShardFetcher
@@ -120,9 +122,9 @@ class TorchLoader:
                            int((cache_max_gb or env.cache_max_gb or _DEFAULTS.cache_max_gb)
                                * 2**30), ds.store)
         self.fetcher = ShardFetcher(cache, fetch_threads)
-        self.reader = ShardReader(self.fetcher, ds.config)
+        self.reader = ShardReader(self.fetcher, ds.config, info=ds.fields)
         self.plan = _plan(ds, split, fraction, seed, shuffle)
-        self.shuffle, self.batch_size, self.nbytes = shuffle, batch_size, ds.config.image.nbytes
+        self.shuffle, self.batch_size = shuffle, batch_size
         self._skip = 0
         self._loader: Any = None
         if shuffle:
@@ -137,7 +139,7 @@ class TorchLoader:
         return self._fixed_order()
 
     def _fixed_order(self) -> Iterator[dict[str, Any]]:
-        pool = BufferPool(self.batch_size, self.nbytes)
+        pool = self.reader.pool(self.batch_size)
         batches = eval_batches(self.plan, self.reader, pool, rank=self.rank, world=self.world)
         for i, batch in enumerate(batches):
             if i >= self._skip:

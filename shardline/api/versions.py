@@ -1,11 +1,13 @@
-"""Version listings from the version documents alone (no batch lists, no shard reads)."""
+"""Version listings from the version documents alone (no batch lists, no shard reads), and
+what changed between two versions."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from shardline.core.manifest import Manifest, list_versions, read_manifest
+from shardline.core.manifest import Manifest, ShardEntry, list_versions, read_manifest
 from shardline.core.store import Store
 
 
@@ -28,3 +30,32 @@ def version_rows(store: Store, prefix: str) -> list[dict[str, Any]]:
     with ThreadPoolExecutor(max_workers=min(8, len(numbers))) as pool:
         manifests = list(pool.map(lambda v: read_manifest(store, prefix, v), numbers))
     return [version_row(m) for m in sorted(manifests, key=lambda m: -m.version)]
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """What changed between two versions of a dataset (shards are immutable files)."""
+
+    dataset: str
+    from_version: int
+    to_version: int
+    added: list[ShardEntry]
+    removed: list[ShardEntry]
+    added_batches: list[str]
+    removed_batches: list[str]
+
+    @property
+    def rows_added(self) -> int:
+        return sum(s.rows for s in self.added)
+
+    @property
+    def rows_removed(self) -> int:
+        return sum(s.rows for s in self.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "from_version": self.from_version,
+                "to_version": self.to_version, "rows_added": self.rows_added,
+                "rows_removed": self.rows_removed, "added_batches": self.added_batches,
+                "removed_batches": self.removed_batches,
+                "shards_added": [s.path for s in self.added],
+                "shards_removed": [s.path for s in self.removed]}

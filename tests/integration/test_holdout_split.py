@@ -22,7 +22,6 @@ from shardline.core.idhash import holdout_ids, reference_hash
 from shardline.core.manifest import Manifest, list_versions, read_manifest
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import digits, jsonl_bytes
-from shardline.trainer.buffers import BufferPool
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.fetch import ShardFetcher
 from shardline.trainer.loader import eval_batches
@@ -67,7 +66,7 @@ def _reader(store: ObjectStore, cfg: DatasetConfig, cache_dir: Path
 def _evaluated(plan: TrainPlan, reader: ShardReader, cfg: DatasetConfig,
                store: ObjectStore) -> list[str]:
     """Ids of the rows evaluation reads (each once), through the trainer's eval pass."""
-    pool = BufferPool(64, cfg.image.nbytes)
+    pool = reader.pool(64)
     keys: list[int] = []
     for b in eval_batches(plan, reader, pool):
         keys += b["key"].tolist()

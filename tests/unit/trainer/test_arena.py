@@ -34,8 +34,8 @@ def shards(tmp_path: Path) -> dict[int, tuple[OpenShard, np.ndarray]]:
 
 
 def test_filled_shards_read_back_exactly_at_their_bases(shards: dict) -> None:
-    arena = ShardArena({o: s.rows for o, (s, _) in shards.items()}, NBYTES)
-    assert arena.data.shape == (15, NBYTES)
+    arena = ShardArena({o: s.rows for o, (s, _) in shards.items()}, [NBYTES])
+    assert [d.shape for d in arena.data] == [(15, NBYTES)]
     assert arena.bases([10]) is None                             # nothing filled yet
     first = arena.claim([(10, shards[10][0]), (11, shards[11][0])])
     assert [o for o, _ in first] == [10, 11]
@@ -46,13 +46,13 @@ def test_filled_shards_read_back_exactly_at_their_bases(shards: dict) -> None:
     assert bases == [7, 0]
     for base, o in zip(bases, [11, 10], strict=True):
         shard, pix = shards[o]
-        assert np.array_equal(arena.data[base:base + shard.rows], pix)
+        assert np.array_equal(arena.data[0][base:base + shard.rows], pix)
     assert arena.copied == 2 and arena.filled() == {10, 11}
     assert arena.claim([(10, shards[10][0])]) == []               # never copied twice
 
 
 def test_a_shard_with_other_rows_than_the_layout_is_refused(shards: dict) -> None:
-    arena = ShardArena({10: 6}, NBYTES)
+    arena = ShardArena({10: 6}, [NBYTES])
     with pytest.raises(ValueError, match="rows"):
         arena.fill(arena.claim([(10, shards[10][0])]))
     assert arena.bases([10]) is None
@@ -65,6 +65,6 @@ def test_a_shard_with_other_rows_than_the_layout_is_refused(shards: dict) -> Non
 
 def test_sized_only_when_everything_fits() -> None:
     rows = {1: 7, 2: 5}
-    assert ShardArena.sized(12 * NBYTES, rows, NBYTES) is not None
-    assert ShardArena.sized(12 * NBYTES - 1, rows, NBYTES) is None
-    assert ShardArena.sized(1 << 20, {}, NBYTES) is None
+    assert ShardArena.sized(12 * NBYTES, rows, [NBYTES - 2, 2]) is not None
+    assert ShardArena.sized(12 * NBYTES - 1, rows, [NBYTES]) is None
+    assert ShardArena.sized(1 << 20, {}, [NBYTES]) is None

@@ -27,7 +27,9 @@ def _picks(rng: np.random.Generator) -> tuple[Picks, list[np.ndarray]]:
     seg = np.concatenate([np.full(len(s), i, np.int32) for i, s in enumerate(segments)])
     row = np.concatenate([np.arange(len(s)) for s in segments]).astype(np.int64)
     key = np.arange(len(seg), dtype=np.int64) + (7 << 32)
-    base = Picks(segments, seg, row, seg.astype(np.int64) * 10, key)
+    # two columns per segment: the bytes, and a 4-byte column derived from them
+    base = Picks([(s, s[:, :4] ^ 0xFF) for s in segments], seg, row,
+                 seg.astype(np.int64) * 10, key)
     return base.select(rng.permutation(len(seg)), chunk=4, phase=3), segments
 
 
@@ -39,12 +41,15 @@ def test_any_slice_gathers_exactly_its_picks() -> None:
     assert (picks.label == picks.seg * 10).all()        # labels travel with their picks
     for lo in range(len(picks)):
         for hi in range(lo, len(picks) + 1):
-            out = np.zeros((30, 12), np.uint8)
+            out, out4 = np.zeros((30, 12), np.uint8), np.zeros((30, 4), np.uint8)
             labels, keys = np.zeros(30, np.int64), np.zeros(30, np.int64)
-            gather_into(out, picks, lo, hi, 2, labels, keys)
-            want = [segments[s][r] for s, r in zip(picks.seg[lo:hi], picks.row[lo:hi],
-                                                    strict=True)]
-            assert np.array_equal(out[2:2 + hi - lo], np.array(want).reshape(-1, 12))
+            gather_into([out, out4], picks, lo, hi, 2, labels, keys)
+            want = np.array([segments[s][r] for s, r in zip(picks.seg[lo:hi],
+                                                             picks.row[lo:hi], strict=True)],
+                            np.uint8)
+            assert np.array_equal(out[2:2 + hi - lo], want.reshape(-1, 12))
+            assert np.array_equal(out4[2:2 + hi - lo], want.reshape(-1, 12)[:, :4] ^ 0xFF)
+            assert not out4[:2].any() and not out4[2 + hi - lo:].any()
             assert (labels[2:2 + hi - lo] == picks.label[lo:hi]).all()
             assert (keys[2:2 + hi - lo] == picks.key[lo:hi]).all()
             assert not out[:2].any() and not out[2 + hi - lo:].any()
@@ -60,10 +65,12 @@ def test_batch_plans_copy_exactly_what_the_gather_copies(phase: int) -> None:
     starts = list(range(phase % 4, len(picks) - 4 + 1, 4))
     assert sorted(picks.plans) == starts and starts
     for s in starts:
-        want = np.zeros((4, 12), np.uint8)
+        want = [np.zeros((4, 12), np.uint8), np.zeros((4, 4), np.uint8)]
         gather_into(want, picks, s, s + 4, 0)
-        got = np.zeros((4, 12), np.uint8)
-        for take, rows, a, b in picks.plans[s]:
-            take(rows, 0, got[a:b], "clip")
-        assert (got == want).all()
-        assert sum(b - a for _, _, a, b in picks.plans[s]) == 4
+        got = [np.zeros((4, 12), np.uint8), np.zeros((4, 4), np.uint8)]
+        assert len(picks.plans[s]) == 2                        # one copy list per column
+        for out, copies in zip(got, picks.plans[s], strict=True):
+            for take, rows, a, b in copies:
+                take(rows, 0, out[a:b], "clip")
+            assert sum(b - a for _, _, a, b in copies) == 4
+        assert all((g == w).all() for g, w in zip(got, want, strict=True))

@@ -1,0 +1,166 @@
+"""What the loader gathers from a shard and serves in a batch: one ``Column`` per input field
+and per stored target other than a class index (``shardline.core.fields`` is the contract).
+
+Every column is handled as rows of bytes: a record batch's column becomes a ``[rows,
+nbytes]`` uint8 numpy view of its value buffer (no copy for ``fixed_shape_tensor``, the
+legacy ``fixed_size_binary`` image, fixed-size lists and fixed-width scalars; a bool or a
+dictionary-encoded string is converted once per record batch when the shard is opened).
+The batch gather copies whole rows of bytes into one ``[B, nbytes]`` region of the batch
+buffer per column, and :meth:`Column.view` turns that region into the typed tensor the
+model sees, again without a copy: ``dtype`` reinterpreted, reshaped to the stored
+per-sample shape, and for an image permuted to ``[B, C, H, W]`` (channels-last memory: a
+view of the HWC rows). A class target is not a column: its int64 indexes come from the
+shard index (``ShardIndex.labels``) and travel with the picks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from shardline.core.config import DatasetConfig
+from shardline.core.errors import ShardlineError
+from shardline.core.fields import DatasetInfo, FieldInfo, TargetInfo
+
+
+class ShardFormatError(ShardlineError):
+    """A shard file does not have the dataset's published-row schema."""
+
+
+# numpy dtype name -> torch dtype (every dtype a field or target may declare)
+TORCH_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8,
+                "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
+                "uint16": torch.uint16, "float16": torch.float16, "float32": torch.float32,
+                "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One gathered column: batch key ``name``, Arrow column ``source``, numpy ``dtype``
+    name, per-sample ``stored`` shape (H, W, C for an image), ``image``: served
+    ``[B, C, H, W]``."""
+
+    name: str
+    source: str
+    dtype: str
+    stored: tuple[int, ...]
+    image: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one sample."""
+        return math.prod(self.stored) * np.dtype(self.dtype).itemsize
+
+    def view(self, raw: torch.Tensor) -> torch.Tensor:
+        """``[B, nbytes]`` uint8 rows -> the batch tensor (same memory)."""
+        t = raw if self.dtype == "uint8" else raw.view(TORCH_DTYPES[self.dtype])
+        t = t.view(-1, *self.stored)
+        return t.permute(0, 3, 1, 2) if self.image else t
+
+    def check(self, schema: pa.Schema, key: str) -> None:
+        """Raise :class:`ShardFormatError` unless ``schema`` stores this column as declared."""
+        idx = schema.get_field_index(self.source)
+        if idx < 0:
+            raise ShardFormatError(
+                f"shard {key} has no column {self.source!r} for field {self.name!r} "
+                f"(columns: {schema.names}); is this a shard of this dataset version?")
+        typ = schema.field(idx).type
+        if not self._accepts(typ):
+            raise ShardFormatError(
+                f"shard {key}: column {self.source!r} has type {typ}, field {self.name!r} "
+                f"declares {self.dtype} {list(self.stored)} (expected {self.expected()}); "
+                "the shard was written for another declaration: train with the config the "
+                "dataset was built with")
+
+    def expected(self) -> str:
+        if not self.stored:
+            return pa.from_numpy_dtype(np.dtype(self.dtype)).__str__()
+        text = f"fixed_shape_tensor({self.dtype}, {list(self.stored)})"
+        return text + (f" or fixed_size_binary({self.nbytes})" if self.dtype == "uint8" else "")
+
+    def _accepts(self, typ: pa.DataType) -> bool:
+        want = pa.from_numpy_dtype(np.dtype(self.dtype))
+        if isinstance(typ, pa.FixedShapeTensorType):   # row-major only: a view as declared
+            perm = typ.permutation
+            return typ.value_type == want and tuple(typ.shape) == self.stored and (
+                perm is None or list(perm) == list(range(len(self.stored))))
+        if pa.types.is_fixed_size_binary(typ):
+            return self.dtype == "uint8" and typ.byte_width == self.nbytes
+        if pa.types.is_fixed_size_list(typ):
+            return typ.value_type == want and typ.list_size == math.prod(self.stored)
+        if pa.types.is_dictionary(typ):
+            return not self.stored and pa.types.is_integer(typ.index_type) \
+                and self.dtype == "int64"
+        return not self.stored and typ == want
+
+    def segment(self, col: pa.Array) -> np.ndarray:
+        """``[rows, nbytes]`` uint8 view of one record batch's column (checked type)."""
+        n, width = len(col), self.nbytes
+        if isinstance(col, pa.ExtensionArray):
+            col = col.storage
+        if pa.types.is_dictionary(col.type):
+            col = col.indices.cast(pa.int64())
+        if pa.types.is_boolean(col.type):
+            return col.to_numpy(zero_copy_only=False).astype(np.uint8).reshape(n, width)
+        if pa.types.is_fixed_size_list(col.type):
+            values = col.values       # (ignores the list array's own offset: added below)
+            first = col.offset * col.type.list_size + values.offset
+            itemsize = np.dtype(self.dtype).itemsize
+            buf, start = values.buffers()[1], first * itemsize
+        else:                         # fixed_size_binary or a fixed-width scalar
+            buf, start = col.buffers()[1], col.offset * width
+        if buf is None:
+            return np.zeros((n, width), np.uint8)
+        return np.frombuffer(buf, np.uint8, count=n * width, offset=start).reshape(n, width)
+
+
+def _field_column(f: FieldInfo, cfg: DatasetConfig | None) -> Column:
+    dtype = "int64" if f.dtype == "string" else f.dtype    # a vocabulary's indexes
+    if f.kind == "image":
+        c, h, w = f.shape
+        source = cfg.image.column if cfg is not None and f.name == "image" else f.name
+        return Column(f.name, source, dtype, (h, w, c), image=True)
+    return Column(f.name, f.name, dtype, tuple(f.shape))
+
+
+def _target_dtype(t: TargetInfo) -> str:
+    if t.kind == "multilabel":
+        return "uint8"
+    if t.kind == "mask":
+        return "uint8" if len(t.classes) <= 256 else "int16"
+    return "float32"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns a dataset's batches gather, and where its class target and ids live."""
+
+    columns: tuple[Column, ...]
+    target: str                   # the target's batch key
+    label_source: str | None      # Arrow column of a class target (None: gathered column)
+    id_source: str = "id"
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(c.nbytes for c in self.columns)
+
+    @property
+    def row_bytes(self) -> int:
+        return sum(self.widths)
+
+
+def layout_for(info: DatasetInfo, cfg: DatasetConfig | None = None) -> Layout:
+    """The loader's layout of a dataset: its fields in declared order, then the target
+    (gathered unless a class index). ``cfg`` names the legacy image and label columns."""
+    cols = [_field_column(f, cfg) for f in info.fields]
+    t = info.target
+    id_source = cfg.id_column if cfg is not None else "id"
+    if t.kind == "class":
+        source = cfg.label_column if cfg is not None and t.name == "label" else t.name
+        return Layout(tuple(cols), t.name, source, id_source)
+    cols.append(Column(t.name, t.name, _target_dtype(t), tuple(t.shape)))
+    return Layout(tuple(cols), t.name, None, id_source)
