@@ -7,6 +7,7 @@ Imports neither Prefect nor PySpark, so it runs alone in a GPU image and under t
 
   plan      new shards since the parent model + replay sample; held-out split (holdout)
   cache     bounded local cache of whole, digest-verified shard files; fetch: read-ahead
+  columns   the fields and target a batch serves, as byte views of Arrow columns
   shard_file  one memory-mapped Arrow IPC file -> numpy views; shard_reader: opens
             planned shards; picks: the gather; buffers: reusable batch buffers
   order     seeded epoch order: shard order, windows, permutation, rank shares

@@ -4,7 +4,8 @@ and per stored target other than a class index (``shardline.core.fields`` is the
 Every column is handled as rows of bytes: a record batch's column becomes a ``[rows,
 nbytes]`` uint8 numpy view of its value buffer (no copy for ``fixed_shape_tensor``, the
 legacy ``fixed_size_binary`` image, fixed-size lists and fixed-width scalars; a bool or a
-dictionary-encoded string is converted once per record batch when the shard is opened).
+dictionary-encoded string's indexes are converted once per record batch when the shard is
+opened; a string scalar without a vocabulary is not served: it is no tensor).
 The batch gather copies whole rows of bytes into one ``[B, nbytes]`` region of the batch
 buffer per column, and :meth:`Column.view` turns that region into the typed tensor the
 model sees, again without a copy: ``dtype`` reinterpreted, reshaped to the stored
@@ -22,9 +23,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from shardline.core.config import DatasetConfig
 from shardline.core.errors import ShardlineError
-from shardline.core.fields import DatasetInfo, FieldInfo, TargetInfo
+from shardline.core.fields import DatasetInfo, FieldInfo
 
 
 class ShardFormatError(ShardlineError):
@@ -55,6 +55,12 @@ class Column:
         """Bytes of one sample."""
         return math.prod(self.stored) * np.dtype(self.dtype).itemsize
 
+    @property
+    def storage(self) -> pa.DataType:
+        """The Arrow value type (a bool tensor is stored as uint8 0/1)."""
+        return pa.uint8() if self.dtype == "bool" and self.stored else \
+            pa.from_numpy_dtype(np.dtype(self.dtype))
+
     def view(self, raw: torch.Tensor) -> torch.Tensor:
         """``[B, nbytes]`` uint8 rows -> the batch tensor (same memory)."""
         t = raw if self.dtype == "uint8" else raw.view(TORCH_DTYPES[self.dtype])
@@ -78,12 +84,12 @@ class Column:
 
     def expected(self) -> str:
         if not self.stored:
-            return pa.from_numpy_dtype(np.dtype(self.dtype)).__str__()
-        text = f"fixed_shape_tensor({self.dtype}, {list(self.stored)})"
+            return str(self.storage) + (" or dictionary" if self.dtype == "int64" else "")
+        text = f"fixed_shape_tensor({self.storage}, {list(self.stored)})"
         return text + (f" or fixed_size_binary({self.nbytes})" if self.dtype == "uint8" else "")
 
     def _accepts(self, typ: pa.DataType) -> bool:
-        want = pa.from_numpy_dtype(np.dtype(self.dtype))
+        want = self.storage
         if isinstance(typ, pa.FixedShapeTensorType):   # row-major only: a view as declared
             perm = typ.permutation
             return typ.value_type == want and tuple(typ.shape) == self.stored and (
@@ -118,21 +124,13 @@ class Column:
         return np.frombuffer(buf, np.uint8, count=n * width, offset=start).reshape(n, width)
 
 
-def _field_column(f: FieldInfo, cfg: DatasetConfig | None) -> Column:
-    dtype = "int64" if f.dtype == "string" else f.dtype    # a vocabulary's indexes
+def _field_column(f: FieldInfo) -> Column | None:
+    if f.dtype == "string":              # a vocabulary's indexes; free text is no tensor
+        return Column(f.name, f.name, "int64", ()) if f.vocabulary else None
     if f.kind == "image":
         c, h, w = f.shape
-        source = cfg.image.column if cfg is not None and f.name == "image" else f.name
-        return Column(f.name, source, dtype, (h, w, c), image=True)
-    return Column(f.name, f.name, dtype, tuple(f.shape))
-
-
-def _target_dtype(t: TargetInfo) -> str:
-    if t.kind == "multilabel":
-        return "uint8"
-    if t.kind == "mask":
-        return "uint8" if len(t.classes) <= 256 else "int16"
-    return "float32"
+        return Column(f.name, f.name, f.dtype, (h, w, c), image=True)
+    return Column(f.name, f.name, f.dtype, tuple(f.shape))
 
 
 @dataclass(frozen=True)
@@ -153,14 +151,13 @@ class Layout:
         return sum(self.widths)
 
 
-def layout_for(info: DatasetInfo, cfg: DatasetConfig | None = None) -> Layout:
-    """The loader's layout of a dataset: its fields in declared order, then the target
-    (gathered unless a class index). ``cfg`` names the legacy image and label columns."""
-    cols = [_field_column(f, cfg) for f in info.fields]
+def layout_for(info: DatasetInfo) -> Layout:
+    """The loader's layout of a dataset: its fields in declared order (a string scalar
+    without a vocabulary left out), then the target (gathered unless a class index). Every
+    column of a published shard is named after its field or target."""
+    cols = [c for c in map(_field_column, info.fields) if c is not None]
     t = info.target
-    id_source = cfg.id_column if cfg is not None else "id"
     if t.kind == "class":
-        source = cfg.label_column if cfg is not None and t.name == "label" else t.name
-        return Layout(tuple(cols), t.name, source, id_source)
-    cols.append(Column(t.name, t.name, _target_dtype(t), tuple(t.shape)))
-    return Layout(tuple(cols), t.name, None, id_source)
+        return Layout(tuple(cols), t.name, t.name)
+    cols.append(Column(t.name, t.name, t.dtype, tuple(t.shape)))
+    return Layout(tuple(cols), t.name, None)

@@ -34,12 +34,11 @@ class ShardIndex:
     hashes: np.ndarray      # uint64 [rows], see trainer.holdout
 
 
-def image_layout(shape: tuple[int, ...], image_column: str = "image",
-                 label_column: str = "label") -> Layout:
+def image_layout(shape: tuple[int, ...], image_column: str = "image") -> Layout:
     """The legacy layout: one uint8 HWC ``image`` column and a class ``label``."""
     h, w, c = shape
     return Layout((Column("image", image_column, "uint8", (h, w, c), image=True),),
-                  "label", label_column)
+                  "label", "label")
 
 
 class OpenShard:

@@ -40,7 +40,7 @@ class ShardReader:
                  info: DatasetInfo | None = None) -> None:
         self.source = source
         self.info = info if info is not None else dataset_info(dataset)
-        self.layout: Layout = layout_for(self.info, dataset)
+        self.layout: Layout = layout_for(self.info)
         self.keep_open_bytes = int(keep_open_bytes)
         self._indexes: dict[int, ShardIndex] = {}
         self._open: OrderedDict[str, OpenShard] = OrderedDict()   # sha256 -> open shard

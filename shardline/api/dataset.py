@@ -178,7 +178,7 @@ class Dataset:
 
     @cached_property
     def _layout(self) -> Layout:
-        return layout_for(self.fields, self.config)
+        return layout_for(self.fields)
 
     # -- quarantine, history ----------------------------------------------------------------
     def quarantine(self, all_batches: bool = False) -> pa.Table:

@@ -18,7 +18,7 @@ from shardline.trainer.plan import TrainPlan, make_plan
 from shardline.trainer.shard_reader import ShardReader
 from tests.integration.trainer_data import digits_config, write_local_version
 
-from .typed_data import REGRESSION, TYPED, LocalTyped, local_typed
+from .typed_data import LocalTyped, local_typed, regression_config, typed_config
 
 
 @dataclass
@@ -53,7 +53,7 @@ class LocalFields:
     data: LocalTyped
 
     def reader(self) -> ShardReader:
-        return ShardReader(LocalShards(self.data.root), self.data.cfg, info=self.data.info)
+        return ShardReader(LocalShards(self.data.root), self.data.cfg)
 
     def plan(self, since: int | None = None, replay: float = 0.3, holdout: float = 0.15,
              version: int = 2) -> TrainPlan:
@@ -63,10 +63,11 @@ class LocalFields:
 
 @pytest.fixture(scope="session")
 def local_fields(tmp_path_factory: pytest.TempPathFactory) -> LocalFields:
-    """13-band float32 tiles, uint16 images, scalars, a multi-label target (v1 + LZ4 v2)."""
-    return LocalFields(local_typed(tmp_path_factory.mktemp("typed"), TYPED, "tiles"))
+    """13-band float32 tiles, uint16 images, a bool tensor, scalars, a multi-label target
+    (v1 + LZ4 v2)."""
+    return LocalFields(local_typed(tmp_path_factory.mktemp("typed"), typed_config()))
 
 
 @pytest.fixture(scope="session")
 def local_regression(tmp_path_factory: pytest.TempPathFactory) -> LocalFields:
-    return LocalFields(local_typed(tmp_path_factory.mktemp("regr"), REGRESSION, "diab"))
+    return LocalFields(local_typed(tmp_path_factory.mktemp("regr"), regression_config()))

@@ -14,6 +14,7 @@ import pyarrow.ipc as ipc
 import pytest
 import torch
 
+from shardline.core.fields import dataset_info
 from shardline.trainer.columns import TORCH_DTYPES, ShardFormatError
 from shardline.trainer.loader import eval_batches, make_train_loader
 from shardline.trainer.options import LoaderSpec
@@ -22,7 +23,9 @@ from shardline.trainer.shard_file import OpenShard
 from shardline.trainer.stream import ShardStream
 
 from .conftest import LocalFields
-from .typed_data import TYPED, value
+from .typed_data import typed_config, value
+
+TYPED = dataset_info(typed_config())
 
 
 def stream(d: LocalFields, plan: TrainPlan, **kw: object) -> ShardStream:
@@ -47,8 +50,11 @@ def assert_rows(d: LocalFields, plan: TrainPlan, batch: dict) -> None:
     keys = batch["key"].numpy()
     rows = np.array([src[k >> 32][k & 0xFFFFFFFF] for k in keys.tolist()])
     for f in info.fields:
+        if f.dtype == "string" and not f.vocabulary:
+            assert f.name not in batch            # free text is not served
+            continue
         got = batch[f.name]
-        assert got.dtype == TORCH_DTYPES[f.dtype], f.name
+        assert got.dtype == TORCH_DTYPES["int64" if f.dtype == "string" else f.dtype], f.name
         assert tuple(got.shape) == (len(keys), *f.shape), f.name
         want = value(info, f.name, rows)
         if f.kind == "image":                      # served C, H, W over H, W, C memory
@@ -66,8 +72,8 @@ def test_batches_hold_every_field_and_target_of_the_rows_their_keys_name(
     d: LocalFields = request.getfixturevalue(fixture)
     plan = d.plan()
     batches = list(make_train_loader(stream(d, plan), LoaderSpec()))
-    names = {f.name for f in d.data.info.fields} | {d.data.info.target.name}
-    assert set(batches[0]) == names | {"key", "epoch", "epoch_end"}
+    names = {f.name for f in d.data.info.fields if f.name != "note"}
+    assert set(batches[0]) == names | {d.data.info.target.name, "key", "epoch", "epoch_end"}
     for b in batches[:4] + batches[-2:]:       # full batches and an epoch's short last one
         assert_rows(d, plan, b)
     assert any(len(b["key"]) < 24 for b in batches)
@@ -109,7 +115,7 @@ def test_open_shards_view_the_mapped_columns_without_a_copy(local_fields: LocalF
     path = local_fields.data.root / s.entry.path
     shard = OpenShard(path, local_fields.reader().layout)
     names = [c.name for c in shard.layout.columns]
-    for name in ("bands", "rgb16", "elevation", "tags"):    # (a bool is unpacked: a copy)
+    for name in ("bands", "rgb16", "valid", "elevation", "tags"):   # (a bool scalar: copied)
         view = shard.segments[1][names.index(name)]
         assert view.shape == (16, shard.layout.columns[names.index(name)].nbytes)
         assert not view.flags.owndata and not view.flags.writeable
@@ -175,6 +181,7 @@ def test_layout_of_the_typed_dataset() -> None:
     from shardline.trainer.columns import layout_for
 
     lay = layout_for(TYPED)
-    assert [c.name for c in lay.columns] == ["bands", "rgb16", "elevation", "cloudy", "tags"]
+    assert [c.name for c in lay.columns] == ["bands", "rgb16", "valid", "elevation", "cloudy",
+                                             "landuse", "tags"]
     assert lay.label_source is None and lay.target == "tags"
-    assert [c.nbytes for c in lay.columns] == [13 * 32 * 32 * 4, 6 * 5 * 3 * 2, 4, 1, 4]
+    assert [c.nbytes for c in lay.columns] == [13 * 32 * 32 * 4, 6 * 5 * 3 * 2, 16, 4, 1, 8, 4]
