@@ -8,7 +8,9 @@ Every contender delivers the same thing (uint8 [256, C, H, W] tensor + int64 lab
 shuffled), with a warm cache, after a warm-up, timed per round; see ``bench.common`` for
 the rounds/medians/ratios method and ``bench.contenders`` for what each contender does.
 Then: the first epoch from the object store with a cold cache against raw GETs of the same
-bytes (``bench.loader_cold``), and one extra untimed pass per contender for peak memory.
+bytes (``bench.loader_cold``), one extra untimed pass per contender for peak memory, and
+the loader on a float32 tensor field (13x32x32) against raw Arrow IPC reading the same
+shards (set T, ``bench.loader_tensor``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shardline.bench import contenders as C
-from shardline.bench import loader_cold, peers
+from shardline.bench import loader_cold, loader_tensor, peers
 from shardline.bench.common import (
     PeakMemory,
     bar,
@@ -193,6 +195,8 @@ def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
                 result["cold"][spec.name] = loader_cold.measure(files, store, scratch,
                                                                 plan.rounds)
                 log(f"{spec.name}: cold-cache rounds done")
+        result["T"] = loader_tensor.measure(2_000 if quick else 8_000, rounds=plan.rounds,
+                                            seconds=plan.seconds * 2, log=log)
     finally:
         moto.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -204,6 +208,8 @@ def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
 def bars(r: dict[str, Any]) -> list[dict[str, Any]]:
     out = [bar("S.shardline_vs_raw_arrow", r["S"]["shardline_vs_raw_arrow"], 0.9),
            bar("L.shardline_vs_raw_arrow", r["L"]["shardline_vs_raw_arrow"], 0.9),
+           bar("T.shardline_vs_raw_arrow", r["T"]["shardline_vs_raw_arrow"], 0.9,
+               note="float32 tensor field 13x32x32"),
            bar("S.shardline_vs_png_dataloader", r["S"]["shardline_vs_png_dataloader"], 50.0,
                note="vs DataLoader with 2 workers")]
     ran = [p for p in peers.PEERS if p not in peers.peer_errors()]
@@ -233,6 +239,11 @@ def print_tables(r: dict[str, Any], stderr: bool = False) -> None:
              for n, c in r["cold"].items()]
     print_table("first epoch, cold cache, from the S3 server", ["set", "raw GET MB/s",
                 "shardline MB/s", "shardline samples/s", "ratio"], rows2, stderr)
+    t = r["T"]
+    print_table(f"loader T: {t['rows']} x float32 {t['shape']}, batch 256",
+                ["contender", "samples/s", "GB/s"],
+                [(c, v["samples_per_s"], v["samples_per_s"] * t["sample_bytes"] / 1e9)
+                 for c, v in t["contenders"].items()], stderr)
     print_table("bars", ["bar", "value", "target", "met"],
                 [(b["name"], b["value"], f"{b['op']} {b['target']}", b["met"]) for b in r["bars"]],
                 stderr)

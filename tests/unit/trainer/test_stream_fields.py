@@ -185,3 +185,22 @@ def test_layout_of_the_typed_dataset() -> None:
                                              "landuse", "tags"]
     assert lay.label_source is None and lay.target == "tags"
     assert [c.nbytes for c in lay.columns] == [13 * 32 * 32 * 4, 6 * 5 * 3 * 2, 16, 4, 1, 8, 4]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (pinned host memory)")
+def test_on_cuda_every_field_is_pinned_and_copies_without_blocking(
+        local_fields: LocalFields) -> None:
+    plan = local_fields.plan()
+    s = stream(local_fields, plan, pin_memory=True, epochs=1)
+    for batch in list(s)[:3]:
+        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)
+                   and k != "key"}
+        assert all(t.is_pinned() for t in tensors.values())
+        on_gpu = {k: t.to("cuda", non_blocking=True) for k, t in tensors.items()}
+        event = torch.cuda.Event()
+        event.record()
+        s.release(batch, event)
+        for k, t in on_gpu.items():
+            assert torch.equal(t.cpu(), tensors[k]), k
+        assert on_gpu["rgb16"].is_contiguous(memory_format=torch.channels_last)
