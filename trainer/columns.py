@@ -17,12 +17,14 @@ shard index (``ShardIndex.labels``) and travel with the picks.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from shardline.core.config import DatasetConfig
 from shardline.core.errors import ShardlineError
 from shardline.core.fields import DatasetInfo, FieldInfo
 
@@ -49,6 +51,7 @@ class Column:
     dtype: str
     stored: tuple[int, ...]
     image: bool = False
+    optional: bool = False      # shards older than the field may lack it: served as zeros
 
     @property
     def nbytes(self) -> int:
@@ -70,6 +73,8 @@ class Column:
     def check(self, schema: pa.Schema, key: str) -> None:
         """Raise :class:`ShardFormatError` unless ``schema`` stores this column as declared."""
         idx = schema.get_field_index(self.source)
+        if idx < 0 and self.optional:
+            return
         if idx < 0:
             raise ShardFormatError(
                 f"shard {key} has no column {self.source!r} for field {self.name!r} "
@@ -103,6 +108,14 @@ class Column:
                 and self.dtype == "int64"
         return not self.stored and typ == want
 
+    def read(self, batch: pa.RecordBatch) -> np.ndarray:
+        """``[rows, nbytes]`` uint8 view of this column in ``batch`` (zeros when an
+        optional field's column is absent: a shard written before the field was added)."""
+        idx = batch.schema.get_field_index(self.source)
+        if idx < 0:
+            return np.zeros((batch.num_rows, self.nbytes), np.uint8)
+        return self.segment(batch.column(idx))
+
     def segment(self, col: pa.Array) -> np.ndarray:
         """``[rows, nbytes]`` uint8 view of one record batch's column (checked type)."""
         n, width = len(col), self.nbytes
@@ -124,13 +137,14 @@ class Column:
         return np.frombuffer(buf, np.uint8, count=n * width, offset=start).reshape(n, width)
 
 
-def _field_column(f: FieldInfo) -> Column | None:
+def _field_column(f: FieldInfo, optional: bool) -> Column | None:
     if f.dtype == "string":              # a vocabulary's indexes; free text is no tensor
-        return Column(f.name, f.name, "int64", ()) if f.vocabulary else None
+        return Column(f.name, f.name, "int64", (), optional=optional) if f.vocabulary \
+            else None
     if f.kind == "image":
         c, h, w = f.shape
-        return Column(f.name, f.name, f.dtype, (h, w, c), image=True)
-    return Column(f.name, f.name, f.dtype, tuple(f.shape))
+        return Column(f.name, f.name, f.dtype, (h, w, c), image=True, optional=optional)
+    return Column(f.name, f.name, f.dtype, tuple(f.shape), optional=optional)
 
 
 @dataclass(frozen=True)
@@ -151,13 +165,20 @@ class Layout:
         return sum(self.widths)
 
 
-def layout_for(info: DatasetInfo) -> Layout:
+def layout_for(info: DatasetInfo, optional: Collection[str] = ()) -> Layout:
     """The loader's layout of a dataset: its fields in declared order (a string scalar
     without a vocabulary left out), then the target (gathered unless a class index). Every
-    column of a published shard is named after its field or target."""
-    cols = [c for c in map(_field_column, info.fields) if c is not None]
+    column of a published shard is named after its field or target; ``optional``: fields
+    whose column older shards may lack (added later; served as zeros there)."""
+    cols = [c for c in (_field_column(f, f.name in optional) for f in info.fields)
+            if c is not None]
     t = info.target
     if t.kind == "class":
         return Layout(tuple(cols), t.name, t.name)
     cols.append(Column(t.name, t.name, t.dtype, tuple(t.shape)))
     return Layout(tuple(cols), t.name, None)
+
+
+def optional_fields(cfg: DatasetConfig) -> set[str]:
+    """The fields ``cfg`` declares optional."""
+    return {name for name, spec in cfg.field_specs if spec.optional}

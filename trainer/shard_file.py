@@ -66,8 +66,7 @@ class OpenShard:
         self._check_schema(reader.schema)
         batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
         self._batches = batches          # keeps decompressed (LZ4) buffers alive
-        self.segments = [tuple(c.segment(b.column(c.source)) for c in layout.columns)
-                         for b in batches]
+        self.segments = [tuple(c.read(b) for c in layout.columns) for b in batches]
         self.rows = sum(b.num_rows for b in batches)
         self.starts = np.cumsum([0] + [b.num_rows for b in batches], dtype=np.int64)
 

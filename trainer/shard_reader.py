@@ -15,7 +15,7 @@ from collections import OrderedDict
 from shardline.core.config import DatasetConfig
 from shardline.core.fields import DatasetInfo, dataset_info
 from shardline.trainer.buffers import BufferPool
-from shardline.trainer.columns import Layout, layout_for
+from shardline.trainer.columns import Layout, layout_for, optional_fields
 from shardline.trainer.fetch import ShardSource
 from shardline.trainer.plan import PlannedShard
 from shardline.trainer.shard_file import OpenShard, ShardFormatError, ShardIndex
@@ -40,7 +40,7 @@ class ShardReader:
                  info: DatasetInfo | None = None) -> None:
         self.source = source
         self.info = info if info is not None else dataset_info(dataset)
-        self.layout: Layout = layout_for(self.info)
+        self.layout: Layout = layout_for(self.info, optional_fields(dataset))
         self.keep_open_bytes = int(keep_open_bytes)
         self._indexes: dict[int, ShardIndex] = {}
         self._open: OrderedDict[str, OpenShard] = OrderedDict()   # sha256 -> open shard

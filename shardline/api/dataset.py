@@ -35,7 +35,7 @@ from shardline.core.idhash import dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, resolve_version
 from shardline.core.schema import QUARANTINE_SCHEMA
 from shardline.core.store import ObjectStore
-from shardline.trainer.columns import Layout, layout_for
+from shardline.trainer.columns import Layout, layout_for, optional_fields
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,7 +178,7 @@ class Dataset:
 
     @cached_property
     def _layout(self) -> Layout:
-        return layout_for(self.fields)
+        return layout_for(self.fields, optional_fields(self.config))
 
     # -- quarantine, history ----------------------------------------------------------------
     def quarantine(self, all_batches: bool = False) -> pa.Table:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from shardline.core.fields import dataset_info
-from shardline.trainer.columns import TORCH_DTYPES, ShardFormatError
+from shardline.trainer.columns import TORCH_DTYPES, ShardFormatError, layout_for
 from shardline.trainer.loader import eval_batches, make_train_loader
 from shardline.trainer.options import LoaderSpec
 from shardline.trainer.plan import TrainPlan
@@ -175,11 +175,15 @@ def test_a_shard_stored_with_another_dtype_is_refused_naming_the_column(
         w.write_table(missing)
     with pytest.raises(ShardFormatError, match="no column 'elevation'"):
         OpenShard(path, local_fields.reader().layout)
+    # an optional field added after the shard was written: its rows read as zeros
+    later = layout_for(TYPED, optional={"elevation"})
+    shard = OpenShard(path, later)
+    at = [c.name for c in later.columns].index("elevation")
+    assert all(not seg[at].any() and seg[at].shape == (len(seg[0]), 4)
+               for seg in shard.segments)
 
 
 def test_layout_of_the_typed_dataset() -> None:
-    from shardline.trainer.columns import layout_for
-
     lay = layout_for(TYPED)
     assert [c.name for c in lay.columns] == ["bands", "rgb16", "valid", "elevation", "cloudy",
                                              "landuse", "tags"]
