@@ -1,7 +1,7 @@
 """Pipeline latency on the embedded stack (issue 5, part 3), hop by hop.
 
 upload of a ~10 MB drop -> S3 notification -> SQS -> ``s3.object.created`` in Prefect ->
-``ingest-on-upload`` run (after the debounce) -> version published -> ``train-on-publish``
+``<dataset>-on-upload`` run (after the debounce) -> version published -> ``<dataset>-on-publish``
 run -> training started -> training finished.
 
 Everything is the real stack ``shardline up`` starts (moto S3 + SQS, Prefect server, a
@@ -288,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--drop-mb", type=float, default=10.0)
-    p.add_argument("--debounce", type=int, default=1, help="seconds (shardline deploy's default)")
+    p.add_argument("--debounce", type=int, default=1,
+                   help="seconds (1: a reactive window; shardline deploy's default 10 is a "
+                        "debounce)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a = p.parse_args(argv)
     r = run(a.rounds, a.drop_mb, a.debounce)

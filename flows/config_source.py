@@ -6,7 +6,9 @@ compose service), so the config must not travel as a host file path. ``config`` 
 - a mapping: the TOML document as a dict (what ``shardline.dataset.published`` carries);
 - ``s3://bucket/key.toml``: a TOML object in the store (read with the flow's S3 settings);
 - TOML text (anything with a line break or starting with ``[``), or JSON text (``{...}``);
-- a local path (the CLI, and every deployment written before; kept working).
+- a local path (the CLI, and every deployment written before; kept working); a relative
+  one not found in the current folder is looked up in the project folder, so prefect.yaml's
+  ``examples/digits.toml`` works wherever shardline is installed.
 
 ``config_document`` returns the *unresolved* document (no environment overrides applied),
 which is what is handed on to another machine: that machine applies its own overrides
@@ -55,11 +57,16 @@ def describe(source: object) -> str:
 def dataset_name(source: object, default: str = "dataset") -> str:
     """The dataset's name without reading anything remote (for run names, before the run).
 
-    A path or URI gives its file stem; a dict or text gives ``[dataset] name``."""
+    A path or URI gives its file stem (the dataset root's name for the
+    ``<root>/deploy/config.toml`` that ``shardline deploy`` uploads); a dict or text gives
+    ``[dataset] name``."""
     try:
         kind = _kind(source)
         if kind in ("s3", "path"):
-            return PurePosixPath(str(source).strip()).stem or default
+            p = PurePosixPath(str(source).strip())
+            if p.name == "config.toml" and p.parent.name == "deploy":
+                return p.parent.parent.name or default   # <dataset root>/deploy/config.toml
+            return p.stem or default
         doc: Any = _parse_text(str(source), kind) if kind != "dict" else source
         name = doc.get("dataset", {}).get("name")
         return name if isinstance(name, str) and name else default
@@ -96,8 +103,24 @@ def _read_s3(uri: str) -> dict[str, Any]:
         raise ConfigError(f"config object {uri}: {exc}") from None
 
 
-def _read_path(path: str) -> dict[str, Any]:
+def _local(path: str) -> Path:
+    """``path``, or, when it is relative and not found here, the same path in the project
+    folder (the one holding prefect.yaml: the checkout, or the installed package's data),
+    as Prefect users expect of paths in prefect.yaml (``examples/digits.toml``)."""
     p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    from shardline.resources import MissingResource, project_dir
+
+    try:
+        shipped = project_dir() / p
+    except MissingResource:
+        return p
+    return shipped if shipped.is_file() else p
+
+
+def _read_path(path: str) -> dict[str, Any]:
+    p = _local(path)
     try:
         text = p.read_text()
     except FileNotFoundError:

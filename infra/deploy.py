@@ -1,11 +1,13 @@
-"""Deploy shardline's flows to a Prefect server: work pools, the AwsCredentials block, the
-training concurrency limit, the automation that reschedules runs stuck in Pending
-(:mod:`infra.automations`), then ``prefect --no-prompt deploy --all`` over ``prefect.yaml``.
+"""Deploy shardline's flows for one dataset to a Prefect server: work pools, the
+AwsCredentials block, the training concurrency limit, the automation that reschedules runs
+stuck in Pending (:mod:`infra.automations`), then ``prefect --no-prompt deploy --all`` over
+``prefect.yaml`` rendered for the dataset (:mod:`infra.deploy_render`).
 
-``prefect.yaml`` holds the deployments; the values that differ per dataset and environment
-(config path, bucket, incoming prefix, pools, cron, debounce window) are passed to it as
-``SHARDLINE_*`` environment variables, which its ``{{ $VAR }}`` templates read.
-Re-deploying updates the deployments in place (no duplicate automations).
+Deployments, their automations, tags and the ``train-<dataset>`` limit carry the dataset's
+name, so deploying a second dataset leaves the first's in place; re-deploying one updates
+its deployments in place (no duplicate automations). A dataset whose upload prefix overlaps
+another deployed dataset's is refused (each would ingest the other's uploads).
+:mod:`infra.deployments` lists and removes them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +28,12 @@ from shardline.core.errors import ShardlineError
 from shardline.core.settings import DeployEnv, read_env
 from shardline.core.store import ObjectStore
 from shardline.infra.automations import ensure_pending_automation
-from shardline.resources import project_dir
+from shardline.infra.deploy_render import DatasetValues, full_names, overlapping, render
+from shardline.resources import prefect_yaml, project_dir
 
 log = logging.getLogger(__name__)
 
 BLOCK_NAME = "shardline-s3"
-DEPLOYMENTS = ("ingest/ingest-nightly", "ingest/ingest-on-upload", "train/train-on-publish")
 
 
 class DeployError(ShardlineError):
@@ -42,10 +45,13 @@ class DeploySpec:
     config: Path
     api_url: str
     work_pool: str = "shardline-process"
-    train_pool: str = "shardline-process"
+    # a GPU pool in production (compose's train-worker, infra/k8s); the embedded stack runs
+    # a process worker for it
+    train_pool: str = "shardline-train"
     nightly_cron: str = "0 2 * * *"
-    # the upload trigger fires at most once per this many seconds, the run due at the end
-    debounce_seconds: int = 1
+    # the upload trigger fires once no upload came for this many seconds (a burst: one run;
+    # under 10 s a reactive window instead: infra/deploy_render.py)
+    debounce_seconds: int = 10
     # a run PENDING this long is rescheduled (infra/automations.py); None: the environment's
     # SHARDLINE_PENDING_TIMEOUT, default 600
     pending_timeout_seconds: int | None = None
@@ -92,9 +98,38 @@ def upload_config(path: Path, prefix: str, store: StoreSettings) -> str:
     return f"s3://{store.bucket}/{key}"
 
 
+def _prefect_deploy(doc: dict[str, Any], api_url: str) -> None:
+    """``prefect --no-prompt deploy --all`` over ``doc`` written to a temporary file."""
+    import yaml
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
+    env.update(PREFECT_API_URL=api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    prefect = Path(sys.executable).parent / "prefect"
+    with tempfile.TemporaryDirectory(prefix="shardline-deploy-") as tmp:
+        path = Path(tmp) / "prefect.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        run = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all",
+                              "--prefect-file", str(path)], cwd=project_dir(), env=env,
+                             capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise DeployError(f"`prefect deploy --all` failed (exit {run.returncode}):\n"
+                          f"{(run.stdout + run.stderr)[-3000:]}")
+
+
 def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
-    """Create pools, block and limit on ``spec.api_url`` and deploy every deployment."""
+    """Create pools, block and limit on ``spec.api_url`` and deploy the dataset's
+    deployments; returns their ``flow/deployment`` names.
+
+    Raises:
+        DeployError: another deployed dataset's upload prefix overlaps this one's, or
+            ``prefect deploy`` failed.
+    """
+    import yaml
+
+    from shardline.infra.deployments import upload_prefixes
+
     cfg = load_config(spec.config)
+    name = cfg.dataset.name
     pending = spec.pending_timeout_seconds or read_env(DeployEnv).pending_timeout_s
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -103,27 +138,26 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     # context (a test harness, a flow) whose API is not the one being deployed to.
     with temporary_settings(updates={PREFECT_API_URL: spec.api_url}):
         with get_client(sync_client=True) as client:
+            clash = overlapping(store.bucket, cfg.dataset.incoming, name,
+                                upload_prefixes(client))
+            if clash:
+                raise DeployError(
+                    f"dataset {name!r} watches s3://{store.bucket}/{cfg.dataset.incoming}, "
+                    f"which overlaps the upload prefix of the deployed dataset(s) "
+                    f"{', '.join(clash)}: each would ingest the other's uploads; give "
+                    f"{name!r} its own [dataset] incoming prefix (or `shardline undeploy` "
+                    "the other)")
             for pool in {spec.work_pool, spec.train_pool}:
                 _ensure_pool(client, pool)
-            _ensure_limit(client, f"train-{cfg.dataset.name}")
+            _ensure_limit(client, f"train-{name}")
             ensure_pending_automation(client, pending)
         block = save_credentials_block(store)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_SECRET", "AWS_ACCESS"))}
-    env.update(
-        PREFECT_API_URL=spec.api_url, PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        SHARDLINE_CONFIG=upload_config(spec.config, cfg.dataset.prefix, store),
-        SHARDLINE_DATASET=cfg.dataset.name, SHARDLINE_BUCKET=store.bucket,
-        SHARDLINE_INCOMING=cfg.dataset.incoming,
-        SHARDLINE_WORK_POOL=spec.work_pool, SHARDLINE_TRAIN_POOL=spec.train_pool,
-        SHARDLINE_NIGHTLY_CRON=spec.nightly_cron,
-        SHARDLINE_DEBOUNCE=f"PT{int(spec.debounce_seconds)}S",   # ISO 8601 duration
-        SHARDLINE_AWS_CREDENTIALS_BLOCK=block,
-    )
-    prefect = Path(sys.executable).parent / "prefect"
-    run = subprocess.run([str(prefect), "--no-prompt", "deploy", "--all"], cwd=project_dir(),
-                         env=env, capture_output=True, text=True, timeout=300)
-    if run.returncode != 0:
-        raise DeployError(f"`prefect deploy --all` failed (exit {run.returncode}):\n"
-                          f"{(run.stdout + run.stderr)[-3000:]}")
-    log.info("deployed %s to %s", ", ".join(DEPLOYMENTS), spec.api_url)
-    return list(DEPLOYMENTS)
+    values = DatasetValues(
+        dataset=name, config=upload_config(spec.config, cfg.dataset.prefix, store),
+        bucket=store.bucket, incoming=cfg.dataset.incoming, work_pool=spec.work_pool,
+        train_pool=spec.train_pool, cron=spec.nightly_cron,
+        debounce_s=int(spec.debounce_seconds), credentials_block=block)
+    _prefect_deploy(render(yaml.safe_load(prefect_yaml().read_text()), values), spec.api_url)
+    names = full_names(name)
+    log.info("deployed %s to %s", ", ".join(names), spec.api_url)
+    return names

@@ -176,7 +176,7 @@ def prefect_env(port: int, prefect_home: Path, db_url: str | None = None) -> dic
         # write logs) requests wait for the lock instead of failing after 5-10 s.
         PREFECT_SERVER_DATABASE_TIMEOUT="60",
         PREFECT_SERVER_DATABASE_CONNECTION_TIMEOUT="60",
-        # a run queued behind a deployment's concurrency limit (ingest-on-upload allows one
+        # a run queued behind a deployment's concurrency limit (<dataset>-on-upload allows one
         # at a time) retries for the slot every 5 s, not every 30 (each retry is a worker
         # submission the server refuses: a burst's queued runs must not churn every second)
         PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="5",

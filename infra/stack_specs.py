@@ -91,6 +91,8 @@ def service_specs(cfg: StackConfig) -> tuple[ServiceSpec, ...]:
         ServiceSpec("warm", lambda c, s: worker.launch_warm(c), None, 120.0),
         ServiceSpec("worker", lambda c, s: worker.launch_worker(c), None, 90.0,
                     after=("s3", "prefect", "spark", "warm")),
+        ServiceSpec("train-worker", lambda c, s: worker.launch_worker(c, "train-worker"), None,
+                    90.0, after=("s3", "prefect", "warm")),
         ServiceSpec(events_service.NAME, lambda c, s: events_service.launch(c), None, 30.0,
                     after=("s3", "prefect"), configure=events_service.configure),
     ]

@@ -1,5 +1,7 @@
-"""The stack's Prefect process worker: it runs the deployed flows (ingest, train) as
-subprocesses on this machine, with the stack's endpoints in their environment.
+"""The stack's Prefect process workers: ``worker`` polls ``shardline-process`` (ingest),
+``train-worker`` polls ``shardline-train`` (training), the pool names of compose and of
+``shardline deploy``; both run the deployed flows as subprocesses on this machine (forked
+from one warm server), with the stack's endpoints in their environment.
 
 The worker gets no S3 keys: flow runs read them from the AwsCredentials block named in the
 deployments (see ``tasks/settings.py``), as they would in production.
@@ -17,6 +19,9 @@ from shardline.infra.stack_state import REGION, StackConfig
 from shardline.resources import project_dir
 
 POOL = "shardline-process"
+TRAIN_POOL = "shardline-train"
+# service name -> the pool its worker polls
+WORKERS = {"worker": POOL, "train-worker": TRAIN_POOL}
 
 
 def worker_env(cfg: StackConfig) -> dict[str, str]:
@@ -66,9 +71,9 @@ def launch_warm(cfg: StackConfig) -> services.Launch:
     return services.Launch(svc, proc, sock.exists)
 
 
-def _registered(api_url: str) -> bool:
+def _registered(api_url: str, pool: str) -> bool:
     """The worker has announced itself to the server (its first heartbeat)."""
-    req = urllib.request.Request(f"{api_url}/work_pools/{POOL}/workers/filter", data=b"{}",
+    req = urllib.request.Request(f"{api_url}/work_pools/{pool}/workers/filter", data=b"{}",
                                  headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=2) as r:
@@ -77,14 +82,18 @@ def _registered(api_url: str) -> bool:
         return False
 
 
-def launch_worker(cfg: StackConfig) -> services.Launch:
-    log = cfg.log_dir / "worker.log"
+def launch_worker(cfg: StackConfig, name: str = "worker") -> services.Launch:
+    """The process worker ``name`` of :data:`WORKERS` (its pool is created on start)."""
+    pool = WORKERS[name]
+    log = cfg.log_dir / f"{name}.log"
     env = worker_env(cfg)
+    if name != "worker":
+        env["PREFECT_HOME"] = str(cfg.home / name)
     Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
     api = env["PREFECT_API_URL"]
-    cmd = [str(services.BIN / "prefect"), "worker", "start", "--pool", POOL, "--type",
-           "process", "--name", f"shardline-worker-{cfg.ports['prefect']}"]
+    cmd = [str(services.BIN / "prefect"), "worker", "start", "--pool", pool, "--type",
+           "process", "--name", f"shardline-{name}-{cfg.ports['prefect']}"]
     proc = procs.start(cmd, log, env=env, cwd=project_dir())
-    svc = services.Service("worker", proc.pid, None, f"{api}/work_pools/{POOL}", str(log),
+    svc = services.Service(name, proc.pid, None, f"{api}/work_pools/{pool}", str(log),
                            None, "SIGINT", procs.start_ticks(proc.pid))
-    return services.Launch(svc, proc, lambda: _registered(api))
+    return services.Launch(svc, proc, lambda: _registered(api, pool))

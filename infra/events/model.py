@@ -5,8 +5,12 @@ the three bridges emit the same document::
 
     {"id": uuid5(bucket/key/etag), "occurred": <when the bridge saw it>,
      "event": "s3.object.created",
-     "resource": {"prefect.resource.id": "s3://bucket/key", "prefect.resource.name": key},
+     "resource": {"prefect.resource.id": "s3://bucket/key", "prefect.resource.name": key,
+                  "s3.bucket": bucket},
      "payload": {"bucket": ..., "key": ..., "size": ..., "etag": ...}}
+
+The ``s3.bucket`` label is what the upload trigger's debounce buckets on (``for_each``:
+all uploads under one dataset's prefix share one window; prefect.yaml).
 
 ``occurred`` is the time of detection, not the upload's Last-Modified: Prefect evaluates
 triggers and retention on ``occurred``, and an object found by a first poll of an old bucket
@@ -86,7 +90,7 @@ class ObjectCreated:
             "occurred": when.isoformat(),
             "event": EVENT_NAME,
             "resource": {"prefect.resource.id": self.resource_id,
-                         "prefect.resource.name": self.key},
+                         "prefect.resource.name": self.key, "s3.bucket": self.bucket},
             "payload": {"bucket": self.bucket, "key": self.key, "size": self.size,
                         "etag": self.etag},
         }

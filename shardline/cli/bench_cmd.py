@@ -119,7 +119,9 @@ def register(app: typer.Typer) -> None:
                                                 "another (default 3, 2 with --quick)"),
                      drop_mb: float = typer.Option(10.0, "--drop-mb", help="size of each drop"),
                      debounce: int = typer.Option(1, "--debounce", help="seconds the ingest "
-                                                  "trigger waits (shardline deploy's default: 1)"),
+                                                  "trigger waits (1: a reactive window, the run "
+                                                  "due 1 s after the first upload; shardline "
+                                                  "deploy's default 10 s is a debounce)"),
                      ) -> None:
         """Upload -> event -> version -> training started on the embedded stack, per hop."""
         _bench_env()

@@ -3,10 +3,10 @@
 1. start the stack (S3, Prefect server + worker + deployments, Spark Connect, the SQS
    consumer that turns bucket notifications into Prefect events), unless it is up;
 2. upload part 1 of the demo data and run the ingest flow directly (the CLI path); the
-   published event starts the ``train-on-publish`` deployment, which the demo waits for;
+   published event starts the ``<dataset>-on-publish`` deployment, which the demo waits for;
 3. upload part 2 and touch nothing else: S3 notification -> SQS -> ``s3.object.created``
-   -> ``ingest-on-upload`` -> version 2 -> ``shardline.dataset.published`` ->
-   ``train-on-publish`` (incremental, from model 1); the demo waits and reports each hop.
+   -> ``<dataset>-on-upload`` -> version 2 -> ``shardline.dataset.published`` ->
+   ``<dataset>-on-publish`` (incremental, from model 1); the demo waits and reports each hop.
 Running it again uploads the same bytes (same ETags): nothing new is published.
 """
 
@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         up = demo_data.upload_demo_part(store, cfg.dataset.incoming, 2)
         t0 = time.monotonic()
         out.print(f"[bold]upload 2[/]: {up['objects']} objects, {up['rows']} rows -> S3 "
-                  "notification -> SQS -> event -> ingest-on-upload")
+                  f"notification -> SQS -> event -> {cfg.dataset.name}-on-upload")
         from shardline.tasks.detect import detect
         if detect(store, cfg.dataset) is None:
             out.print("[yellow]these uploads were ingested before: nothing new[/]")

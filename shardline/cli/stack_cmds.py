@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -79,6 +80,48 @@ def _endpoints(st: dict[str, Any]) -> list[tuple[str, str]]:
             ("Spark Connect", st["spark_remote"]), ("Prefect DB", str(st.get("database", "?")))]
 
 
+def _deployed(api: str | None) -> dict[str, Any] | None:
+    """dataset -> its deployments on ``api`` (None: no API, or it did not answer)."""
+    if not api:
+        return None
+    from shardline.infra.deployments import datasets
+
+    try:
+        return {ds: [d.to_dict() for d in deps] for ds, deps in datasets(api).items()}
+    except Exception as exc:   # noqa: BLE001 - a listing is not worth failing status for
+        err.print(escape(f"could not list the deployed datasets on {api}: {exc}"),
+                  soft_wrap=True)
+        return None
+
+
+def _how(d: dict[str, Any]) -> str:
+    what = [f"cron {d['schedule']} UTC"] if d["schedule"] else []
+    what += [f"trigger {t!r}" for t in d["triggers"]]
+    return "; ".join(what) + (" (paused)" if d["paused"] else "")
+
+
+def _print_datasets(deployed: dict[str, Any] | None) -> None:
+    if deployed is None:
+        return
+    if not is_tty():
+        print("dataset\tdeployment\tpool\tstarts")
+        for ds, deps in deployed.items():
+            for d in deps:
+                print(f"{ds}\t{d['name']}\t{d['work_pool']}\t{_how(d)}")
+        return
+    if not deployed:
+        out.print("  no dataset deployed (`shardline deploy -c DATASET.toml`)")
+        return
+    table = Table(show_edge=False)
+    for col in ("dataset", "deployment", "pool", "starts"):
+        table.add_column(col, overflow="fold")
+    for ds, deps in deployed.items():
+        for d in deps:
+            table.add_row(escape(ds), escape(d["name"]), escape(d["work_pool"]),
+                          escape(_how(d)))
+    out.print(table)
+
+
 def _print_status(st: dict[str, Any]) -> None:
     """A table on a terminal; in a pipe, tab-separated rows with every value in full."""
     if not is_tty():
@@ -88,12 +131,14 @@ def _print_status(st: dict[str, Any]) -> None:
             print(f"{name}\t{_state_word(s)}\t{s['pid']}\t{s['url']}\t{s['log']}")
         for label, value in _endpoints(st):
             print(f"{label}\t{value}")
+        _print_datasets(st.get("datasets"))
         return
     out.print(f"stack in [bold]{escape(str(st['home']))}[/] (started {st['started_at']}, "
               f"phase {st['phase']})", soft_wrap=True)
     out.print(_table(st))
     for label, value in _endpoints(st):
         out.print(f"  {label:<14} {escape(str(value))}", soft_wrap=True)
+    _print_datasets(st.get("datasets"))
 
 
 def bin_dir() -> Path:
@@ -201,7 +246,8 @@ def down(home: Path | None = HomeOpt, discard: bool = DiscardOpt) -> None:
 
 def status(home: Path | None = HomeOpt, as_json: bool = JsonOpt,
            as_env: bool = EnvOpt) -> None:
-    """What runs where: endpoints, bucket, each service alive or not, pids, logs.
+    """What runs where: endpoints, bucket, each service alive or not, pids, logs, and the
+    datasets deployed on the stack's Prefect server with their deployments.
 
     Exits 1 when no stack runs under the home folder (or a service died).
     """
@@ -210,6 +256,8 @@ def status(home: Path | None = HomeOpt, as_json: bool = JsonOpt,
         st = stack.status(where)
     except ShardlineError as exc:
         _fail(exc)
+    if st["running"] and not as_env:
+        st["datasets"] = _deployed(st.get("prefect_api_url"))
     if as_json:
         print(json.dumps(st))
     elif as_env:
@@ -221,6 +269,10 @@ def status(home: Path | None = HomeOpt, as_json: bool = JsonOpt,
                              "(`shardline up` starts one)"), soft_wrap=True)
     elif not st["services"]:
         out.print(f"no stack in {where} (`shardline up` starts one)")
+        api = os.environ.get("PREFECT_API_URL")
+        if api:     # a server of one's own (compose, Kubernetes): its datasets
+            out.print(f"datasets deployed on {api}:", soft_wrap=True, markup=False)
+            _print_datasets(_deployed(api))
     else:
         _print_status(st)
     if not st["running"]:

@@ -16,7 +16,7 @@ dataclass the rest of the code passes around (and pickles into Spark tasks).
   ``cache_max_gb`` (e.g. a mounted volume in Kubernetes)
 - ``SHARDLINE_ROWS_CHUNK``: rows the ingest driver holds at once (default 1,000,000)
 - ``SHARDLINE_WORK_POOL`` / ``SHARDLINE_TRAIN_POOL``: Prefect work pools for ingest /
-  training runs (``shardline deploy``)
+  training runs (``shardline deploy``; default ``shardline-process`` / ``shardline-train``)
 - ``SHARDLINE_CHECK_TIMEOUT``: seconds each pre-flight check of the CLI may take (default 5)
 """
 
@@ -120,8 +120,11 @@ class RuntimeEnv(EnvGroup):
 
 
 class DeployEnv(EnvGroup):
+    """The pools of ``shardline deploy``: the names compose's workers, the Kubernetes
+    example and the embedded stack's two process workers use."""
+
     work_pool: str = Field("shardline-process", validation_alias="SHARDLINE_WORK_POOL")
-    train_pool: str = Field("shardline-process", validation_alias="SHARDLINE_TRAIN_POOL")
+    train_pool: str = Field("shardline-train", validation_alias="SHARDLINE_TRAIN_POOL")
     # a flow run still PENDING this long after a worker took it is rescheduled
     # (infra/automations.py); above the slowest legitimate start (a GPU node coming up)
     pending_timeout_s: int = Field(600, ge=10, le=86_400,

@@ -107,7 +107,7 @@ def states_of(st: dict[str, Any], run_id: str) -> list[str]:
 def nightly(st: dict[str, Any]) -> dict[str, Any]:
     """Run the nightly ingest deployment now (as its schedule would) and wait for it."""
     before = {r["id"] for r in runs(st["api"], "ingest")}
-    run_nightly_now(st["env"], st["api"])
+    run_nightly_now(st["env"], st["api"], "chaos")
     soon = datetime.now(UTC).timestamp() + 600
 
     def done() -> list[dict[str, Any]]:
@@ -172,7 +172,7 @@ def test_a_killed_worker_mid_ingest_publishes_once(st):
     run = running_ingest(st)
     time.sleep(rng.uniform(1.0, 8.0))
     old = state.services["worker"]
-    taken = take_like_a_worker(st, "ingest/ingest-nightly")
+    taken = take_like_a_worker(st, "ingest/chaos-nightly")
     os.kill(old.pid, signal.SIGKILL)
     launch = worker_mod.launch_worker(cfg)     # a new worker, recorded so down stops it
     state.services["worker"] = launch.service

@@ -126,11 +126,12 @@ def notifications_off(store: ObjectStore) -> Iterator[None]:
                                                      NotificationConfiguration=saved)
 
 
-def run_nightly_now(env: dict[str, str], api: str) -> None:
-    """Start a run of the nightly ingest deployment now, as its schedule would, with the
-    ``prefect`` CLI of this interpreter's environment (it does not wait for the run)."""
+def run_nightly_now(env: dict[str, str], api: str, dataset: str) -> None:
+    """Start a run of ``dataset``'s nightly ingest deployment now, as its schedule would,
+    with the ``prefect`` CLI of this interpreter's environment (it does not wait for the
+    run)."""
     full = {**os.environ, **env, "PREFECT_API_URL": api}
     out = subprocess.run([str(Path(sys.executable).parent / "prefect"), "deployment", "run",
-                          "ingest/ingest-nightly"], env=full, capture_output=True, text=True,
+                          f"ingest/{dataset}-nightly"], env=full, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

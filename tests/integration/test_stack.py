@@ -268,14 +268,14 @@ def _deployments_name_no_host_path_and_run(state: stack.StackState) -> None:
     api = state.prefect_api_url
     deps = httpx.post(f"{api}/deployments/filter", json={}).json()
     assert sorted(d["name"] for d in deps) == [
-        "ingest-nightly", "ingest-on-upload", "train-on-publish"]
+        "digits-nightly", "digits-on-publish", "digits-on-upload"]   # named for the dataset
     for d in deps:
         assert d["entrypoint"] in ("shardline.flows.ingest:ingest", "shardline.flows.train:train")
         assert d["pull_steps"] == [] and not d["path"], d["name"]
         assert project not in json.dumps(d), d["name"]
-        if d["name"] != "train-on-publish":   # train's config comes from the event
+        if d["name"] != "digits-on-publish":   # train's config comes from the event
             assert d["parameters"]["config"].startswith("s3://"), d["parameters"]
-    nightly = next(d for d in deps if d["name"] == "ingest-nightly")
+    nightly = next(d for d in deps if d["name"] == "digits-nightly")
     run = httpx.post(f"{api}/deployments/{nightly['id']}/create_flow_run", json={}).json()
     deadline, state_type = time.monotonic() + 240, None
     while time.monotonic() < deadline:

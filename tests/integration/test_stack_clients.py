@@ -88,7 +88,7 @@ prefect deployment ls
     assert f"which prefect={VENV_BIN / 'prefect'}" in out
     assert f"stack\t{cfg.home}\t" in out                      # found from SHARDLINE_HOME
     assert "no versions of digits yet under s3://shardline/" in run.stderr   # S3 + keys
-    assert "ingest/ingest-nightly" in out                       # the stack's Prefect API
+    assert "ingest/digits-nightly" in out                       # the stack's Prefect API
 
 
 def test_the_nightly_schedule_creates_and_runs_a_flow_run(
@@ -98,7 +98,7 @@ def test_the_nightly_schedule_creates_and_runs_a_flow_run(
     _, state = deployed
     api = state.prefect_api_url
     deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
-    nightly = next(d for d in deps if d["name"] == "ingest-nightly")
+    nightly = next(d for d in deps if d["name"] == "digits-nightly")
     assert [(s["schedule"].get("cron"), s["active"]) for s in nightly["schedules"]] == [
         ("* * * * *", True)]
     body = {"flow_runs": {"deployment_id": {"any_": [nightly["id"]]}},

@@ -96,16 +96,16 @@ def test_services_start_after_what_they_need(tmp_path: Path) -> None:
     # The default stack: Prefect on PostgreSQL; the worker and the S3-events consumer start
     # once the servers answer; the warm flow-run server (imports only) needs nothing.
     assert _names(stack._waves(stack.SERVICES)) == [
-        ["s3", "spark", "postgres", "warm"], ["prefect"], ["worker", "events"]]
+        ["s3", "spark", "postgres", "warm"], ["prefect"], ["worker", "train-worker", "events"]]
     sqlite = StackConfig.resolve(tmp_path, env={"SHARDLINE_PREFECT_DB": "SQLite"})
     assert sqlite.database == "sqlite"
     assert _names(stack._waves(stack.service_specs(sqlite))) == [
-        ["s3", "spark", "prefect", "warm"], ["worker", "events"]]
+        ["s3", "spark", "prefect", "warm"], ["worker", "train-worker", "events"]]
     cluster = StackConfig.resolve(tmp_path, spark_workers=2, env={})
     assert _names(stack._waves(stack.service_specs(cluster))) == [
         ["s3", "spark-master", "postgres", "warm"],
         ["spark-worker-1", "spark-worker-2", "prefect"],
-        ["spark", "events"], ["worker"]]
+        ["spark", "train-worker", "events"], ["worker"]]
     loop = stack.ServiceSpec("a", launch, after=("b",))  # type: ignore[arg-type]
     with pytest.raises(StackError, match=r"\['a'\] wait for each other or for unknown"):
         stack._waves((loop,))
