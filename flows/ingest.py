@@ -16,8 +16,9 @@ failing ones set aside; the run still ends Failed, after that work, when a batch
 ``config`` is a local path (the CLI), an ``s3://`` URI of the TOML object, or the config by
 value (dict or TOML text); see ``flows/config_source.py``. Runs are named
 ``ingest-<dataset>-v<N>-<trigger>-<id6>`` (``-nothing-new-`` when there was nothing to
-ingest, ``v<N>-existing`` when the batch had been published before) and tagged with the
-dataset and the trigger (``flows/runs.py``).
+ingest, ``v<N>-existing`` when the batch had been published before, ``-running-`` until
+then and ``-failed-`` for a run that failed) and tagged with the dataset and the trigger from
+its start (``flows/runs.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.events import emit_event
 from prefect.runtime import flow_run
 
-from shardline.core.config import SparkSettings
 from shardline.flows.artifacts import artifact_key, publish_ingest_artifacts
 from shardline.flows.config_source import dataset_name, load_with_document
 from shardline.flows.ingest_tasks import (
@@ -47,8 +47,8 @@ from shardline.flows.ingest_tasks import (
     validate_stage,
 )
 from shardline.flows.quarantine_view import quarantine_source
-from shardline.flows.runs import label_run, short_id
-from shardline.flows.settings import store_settings
+from shardline.flows.runs import label_run, mark_failed, short_id, start_run
+from shardline.flows.settings import spark_settings, store_settings
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.stage import Converted
 from shardline.tasks.publish import Published
@@ -110,7 +110,8 @@ def settle_stage(store: Any, prefix: str, quiet_s: float) -> Settled | None:
 MAX_BATCHES_PER_RUN = 64
 
 
-@flow(name="ingest", flow_run_name=_run_name, log_prints=True)
+@flow(name="ingest", flow_run_name=_run_name, log_prints=True, on_failure=[mark_failed],
+      on_crashed=[mark_failed])
 def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str, Any]:
     """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict.
 
@@ -120,7 +121,8 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
     log = get_run_logger()
     config_, document = load_with_document(config)   # the event carries the document
     cfg = config_.dataset
-    store, spark = store_settings(), SparkSettings.from_env()
+    trigger = start_run("ingest", cfg.name)   # tags now: a failed run is the dataset's too
+    store, spark = store_settings(), spark_settings()
     run_id = _run_id()
     progress = create_progress_artifact(0.0, key=artifact_key(cfg.name, "ingest-progress"),
                                         description=f"ingest of {cfg.name}")
@@ -186,11 +188,11 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
     if not results:
         msg = f"nothing new under s3://{store.bucket}/{cfg.incoming}; no version published"
         log.info(msg)
-        label_run("ingest", cfg.name, "nothing-new")
+        label_run("ingest", cfg.name, "nothing-new", trigger)
         return IngestResult(cfg.name, None, message=msg).to_dict()
     first = next((r for r in results if r.created), results[0])
     label_run("ingest", cfg.name, first.version if first.created else
-              f"v{first.version}-existing")
+              f"v{first.version}-existing", trigger)
     first.more = [r.to_dict() for r in results if r is not first]
     return first.to_dict()
 

@@ -1,10 +1,14 @@
-"""Flow-run names and tags that tell runs apart in the Prefect UI.
+"""Flow-run names, tags and final states that tell runs apart in the Prefect UI.
 
-A run is named ``<flow>-<dataset>-v<version>-<trigger>-<id6>`` once its dataset version is
-resolved (``train-digits-v3-event-1a2b3c``): the version actually used (never ``latest``),
-what started it, and the first six hex digits of the flow run's id, so two runs never share
-a name. Tags (added to whatever the deployment set): ``shardline``, the flow, the dataset
-and ``trigger:<cli|event|schedule|manual>``.
+Every run of a dataset is named ``<flow>-<dataset>-<outcome>-<trigger>-<id6>`` and tagged
+``shardline``, the flow, the dataset and ``trigger:<cli|event|schedule|manual>`` (added to
+whatever the deployment set) from its start, whatever becomes of it, so filtering the runs
+list by the dataset's tag shows its failures too. The outcome is ``running`` until it is
+known: the version actually used (``v3``, never ``latest``), ``nothing-new``, or ``failed``
+(:func:`mark_failed`, the flows' ``on_failure``/``on_crashed`` hook); the six hex digits of
+the flow run's id keep names unique. A training run whose model the gate refused ends in a
+Completed state named ``Refused`` with the gate's reason as its message, and carries the tag
+``gate:refused`` (``gate:promoted`` otherwise; :func:`gate_outcome`).
 
 The trigger is read from the flow run itself: no deployment -> ``cli`` (the CLI or a Python
 call); created by an automation -> ``event``; ``auto_scheduled`` -> ``schedule``; any other
@@ -15,9 +19,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect.runtime import flow_run
+
+if TYPE_CHECKING:
+    from prefect import Flow
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.states import State
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +48,17 @@ def trigger_of(run: Any) -> str:
     return "manual"
 
 
-def run_name(flow: str, dataset: str, version: int | str | None, trigger: str) -> str:
+def run_name(flow: str, dataset: str, version: int | str | None, trigger: str,
+             rid: str | None = None) -> str:
     v = f"v{version}" if isinstance(version, int) else (version or "none")
-    return f"{flow}-{dataset}-{v}-{trigger}-{short_id()}"
+    return f"{flow}-{dataset}-{v}-{trigger}-{rid or short_id()}"
 
 
 def run_tags(flow: str, dataset: str, trigger: str) -> list[str]:
     return ["shardline", flow, dataset, f"trigger:{trigger}"]
+
+
+RUNNING, FAILED = "running", "failed"
 
 
 def current_trigger() -> str:
@@ -63,7 +76,7 @@ def current_trigger() -> str:
 
 
 def label_run(flow: str, dataset: str, version: int | str | None,
-              trigger: str | None = None) -> str:
+              trigger: str | None = None, extra_tags: tuple[str, ...] = ()) -> str:
     """Rename this flow run and add its tags; returns the name."""
     trigger = trigger or current_trigger()
     name = run_name(flow, dataset, version, trigger)
@@ -72,6 +85,79 @@ def label_run(flow: str, dataset: str, version: int | str | None,
     from prefect.client.orchestration import get_client
 
     with get_client(sync_client=True) as client:
-        tags = sorted({*(flow_run.tags or []), *run_tags(flow, dataset, trigger)})
+        tags = sorted({*(flow_run.tags or []), *run_tags(flow, dataset, trigger), *extra_tags})
         client.update_flow_run(flow_run.id, name=name, tags=tags)
     return name
+
+
+def start_run(flow: str, dataset: str) -> str:
+    """Name and tag this run as the dataset's at its start (outcome ``running``), so a run
+    that fails later is found under the dataset's tag all the same; returns the trigger."""
+    trigger = current_trigger()
+    try:
+        label_run(flow, dataset, RUNNING, trigger)
+    except Exception as exc:   # a label is not worth failing a run for
+        log.warning("could not label flow run %s: %s", flow_run.id, exc)
+    return trigger
+
+
+def failed_name(name: str, flow: str, dataset: str, trigger: str, rid: str) -> str:
+    """The name a failed run ends with, ``<flow>-<dataset>-<outcome>-<trigger>-<id6>``:
+    outcome ``failed``, or ``v3-failed`` when it had got as far as naming its version; a
+    run that failed before it was labelled (its placeholder name) gets the pattern too."""
+    head, tail = f"{flow}-{dataset}-", f"-{trigger}-{rid}"
+    if name.startswith(head) and name.endswith(tail) and len(name) > len(head) + len(tail):
+        outcome = name[len(head):-len(tail)]
+        if outcome == RUNNING:
+            outcome = FAILED
+        elif not outcome.endswith(f"-{FAILED}") and outcome != FAILED:
+            outcome = f"{outcome}-{FAILED}"
+        return f"{head}{outcome}{tail}"
+    return run_name(flow, dataset, FAILED, trigger, rid)
+
+
+def mark_failed(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """``on_failure``/``on_crashed`` hook: rename the run ``...-failed-...`` and make sure it
+    carries the dataset's tags (a run can fail before it read its config)."""
+    from prefect.client.orchestration import get_client
+
+    from shardline.flows.config_source import dataset_name
+
+    flow_name = str(flow.name)
+    try:
+        with get_client(sync_client=True) as client:
+            run = client.read_flow_run(flow_run.id)    # as renamed and tagged meanwhile
+            tags = list(run.tags or [])
+            trigger = trigger_of(run)
+            known = [t for t in tags if t not in ("shardline", flow_name) and ":" not in t]
+            dataset = (known[0] if len(known) == 1 else
+                       dataset_name((run.parameters or {}).get("config")))
+            client.update_flow_run(
+                run.id, name=failed_name(str(run.name), flow_name, dataset, trigger,
+                                         run.id.hex[:6]),
+                tags=sorted({*tags, *run_tags(flow_name, dataset, trigger)}))
+    except Exception as exc:   # the run has failed already; the hook must not add to it
+        log.warning("could not mark flow run %s failed: %s", flow_run.id, exc)
+
+
+def gate_outcome(result: dict[str, Any], promoted: bool, decision: str) -> Any:
+    """What the train flow returns: ``result`` as is for a promoted model; for a refused
+    one a Completed state named ``Refused`` whose message is the gate's reason (the runs
+    list shows it), with ``result`` as its data. Tags the run ``gate:<promoted|refused>``."""
+    verdict = "promoted" if promoted else "refused"
+    if flow_run.id:
+        try:
+            from prefect.client.orchestration import get_client
+
+            with get_client(sync_client=True) as client:
+                client.update_flow_run(flow_run.id, tags=sorted(
+                    {*(client.read_flow_run(flow_run.id).tags or []), f"gate:{verdict}"}))
+        except Exception as exc:   # a label is not worth failing a run for
+            log.warning("could not tag flow run %s: %s", flow_run.id, exc)
+    if promoted:
+        return result
+    from prefect.states import Completed
+
+    model = result.get("model_version")
+    return Completed(name="Refused", message=f"model {model} refused: {decision}"[:500],
+                     data=result)

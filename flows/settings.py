@@ -1,9 +1,14 @@
-"""Where flow runs get object-store settings from.
+"""Where flow runs get object-store and Spark settings, secrets included.
 
 Deployments name a prefect-aws ``AwsCredentials`` block in ``SHARDLINE_AWS_CREDENTIALS_BLOCK``
 (its secret fields stay hidden in the UI and logs, and never travel as flow parameters or
 artifacts); the endpoint and bucket still come from the environment. Without a block name
 (the CLI, tests) the standard environment variables are used.
+
+The Spark Connect endpoint's token (Databricks and other managed endpoints) comes from the
+Prefect ``Secret`` block named in ``SHARDLINE_SPARK_TOKEN_BLOCK`` (``shardline deploy``
+saves ``SHARDLINE_SPARK_TOKEN`` of its environment as the block ``shardline-spark-token``
+and names it in the deployments), else from ``SHARDLINE_SPARK_TOKEN`` in the environment.
 """
 
 from __future__ import annotations
@@ -11,10 +16,35 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from shardline.core.config import StoreSettings
+from shardline.core.config import SparkSettings, StoreSettings
 from shardline.core.errors import ConfigError
 
 BLOCK_ENV = "SHARDLINE_AWS_CREDENTIALS_BLOCK"
+SPARK_TOKEN_BLOCK_ENV = "SHARDLINE_SPARK_TOKEN_BLOCK"
+
+
+def spark_settings() -> SparkSettings:
+    """:class:`SparkSettings` from the environment, the token from the Secret block named in
+    ``SHARDLINE_SPARK_TOKEN_BLOCK`` when there is one.
+
+    Raises:
+        ConfigError: the named block does not exist.
+    """
+    base = SparkSettings.from_env()
+    name = os.environ.get(SPARK_TOKEN_BLOCK_ENV, "").strip()
+    if not name:
+        return base
+    from prefect.blocks.system import Secret
+
+    try:
+        block = Secret.load(name)
+    except ValueError as exc:
+        raise ConfigError(f"Secret block {name!r} (from {SPARK_TOKEN_BLOCK_ENV}) was not "
+                          "found; create it with `shardline deploy` (SHARDLINE_SPARK_TOKEN "
+                          "set) or in the Prefect UI") from exc
+    if not isinstance(block, Secret):   # a coroutine: only when called from async code
+        raise TypeError(f"Secret.load({name!r}) returned {type(block).__name__}")
+    return dataclasses.replace(base, token=str(block.get()))
 
 
 def store_settings() -> StoreSettings:

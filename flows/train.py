@@ -5,7 +5,9 @@
 carries it, or TOML text), an ``s3://`` URI of the TOML object, or a local path (the CLI);
 see ``flows/config_source.py``. The dataset version is resolved (latest when not given)
 before training, so the run is named and tagged with the version it really trains on
-(``flows/runs.py``: ``train-<dataset>-v<N>-<trigger>-<id6>``).
+(``flows/runs.py``: ``train-<dataset>-v<N>-<trigger>-<id6>``, ``-failed-`` when it fails); a
+run whose model the gate refused ends in a Completed state named ``Refused`` and is tagged
+``gate:refused`` (``gate:promoted`` otherwise).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from prefect.runtime import flow_run
 from shardline.core.manifest import resolve_version
 from shardline.core.store import ObjectStore
 from shardline.flows.config_source import dataset_name, load_flow_config
-from shardline.flows.runs import label_run, short_id
+from shardline.flows.runs import gate_outcome, label_run, mark_failed, short_id
 from shardline.flows.settings import store_settings
 from shardline.flows.train_tasks import publish_artifacts, train_model
 
@@ -31,7 +33,8 @@ def _run_name() -> str:
             f"{f'v{version}' if version is not None else 'resolving'}-{short_id()}")
 
 
-@flow(name="train", flow_run_name=_run_name)
+@flow(name="train", flow_run_name=_run_name, on_failure=[mark_failed],
+      on_crashed=[mark_failed])
 def train(config: str | dict[str, Any], version: int | None = None) -> dict[str, Any]:
     """Train on dataset ``version`` (default: latest) and leave the run's artifacts. The
     config is read and validated here, once; the tasks receive the parsed :class:`Config`."""
@@ -43,4 +46,5 @@ def train(config: str | dict[str, Any], version: int | None = None) -> dict[str,
     publish_artifacts(result, store)
     get_run_logger().info("%s: model %d (%s): %s", name, result.model_version,
                           "promoted" if result.promoted else "not promoted", result.decision)
-    return result.to_dict()
+    # a refused model ends in a Completed state named Refused (the reason as its message)
+    return gate_outcome(result.to_dict(), result.promoted, result.decision)

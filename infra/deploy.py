@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shardline.core import layout
-from shardline.core.config import StoreSettings, load_config
+from shardline.core.config import SparkSettings, StoreSettings, load_config
 from shardline.core.errors import ShardlineError
 from shardline.core.settings import DeployEnv, read_env
 from shardline.core.store import ObjectStore
@@ -34,6 +34,7 @@ from shardline.resources import prefect_yaml, project_dir
 log = logging.getLogger(__name__)
 
 BLOCK_NAME = "shardline-s3"
+SPARK_TOKEN_BLOCK = "shardline-spark-token"
 
 
 class DeployError(ShardlineError):
@@ -86,6 +87,20 @@ def save_credentials_block(store: StoreSettings) -> str:
         aws_client_parameters=AwsClientParameters(endpoint_url=store.endpoint_url),
     ).save(BLOCK_NAME, overwrite=True)
     return BLOCK_NAME
+
+
+def save_spark_token_block() -> str | None:
+    """``SHARDLINE_SPARK_TOKEN`` of this environment (or .env) saved as the Prefect Secret
+    block :data:`SPARK_TOKEN_BLOCK`, whose name the deployments carry; None without one."""
+    from prefect.blocks.system import Secret
+
+    token = SparkSettings.from_env().token
+    if not token:
+        return None
+    from pydantic import SecretStr
+
+    Secret(value=SecretStr(token)).save(SPARK_TOKEN_BLOCK, overwrite=True)
+    return SPARK_TOKEN_BLOCK
 
 
 def upload_config(path: Path, prefix: str, store: StoreSettings) -> str:
@@ -152,11 +167,13 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
             _ensure_limit(client, f"train-{name}")
             ensure_pending_automation(client, pending)
         block = save_credentials_block(store)
+        spark_block = save_spark_token_block()
     values = DatasetValues(
         dataset=name, config=upload_config(spec.config, cfg.dataset.prefix, store),
         bucket=store.bucket, incoming=cfg.dataset.incoming, work_pool=spec.work_pool,
         train_pool=spec.train_pool, cron=spec.nightly_cron,
-        debounce_s=int(spec.debounce_seconds), credentials_block=block)
+        debounce_s=int(spec.debounce_seconds), credentials_block=block,
+        spark_token_block=spark_block)
     _prefect_deploy(render(yaml.safe_load(prefect_yaml().read_text()), values), spec.api_url)
     names = full_names(name)
     log.info("deployed %s to %s", ", ".join(names), spec.api_url)

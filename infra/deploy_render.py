@@ -36,6 +36,8 @@ class DatasetValues:
     cron: str = "0 2 * * *"
     debounce_s: int = 10
     credentials_block: str = "shardline-s3"
+    # the Prefect Secret block holding the Spark Connect token (None: no token)
+    spark_token_block: str | None = None
 
 
 # the values prefect.yaml is written with (a plain `prefect deploy --all`)
@@ -125,6 +127,8 @@ def _deployment(dep: dict[str, Any], v: DatasetValues) -> dict[str, Any]:
     d["work_pool"]["name"] = v.train_pool if ROLES[role] == "train" else v.work_pool
     env = d["work_pool"].setdefault("job_variables", {}).setdefault("env", {})
     env["SHARDLINE_AWS_CREDENTIALS_BLOCK"] = v.credentials_block
+    if v.spark_token_block:
+        env["SHARDLINE_SPARK_TOKEN_BLOCK"] = v.spark_token_block
     d["triggers"] = [_trigger(t, role, v) for t in d.get("triggers") or []]
     if not d["triggers"]:
         del d["triggers"]

@@ -72,8 +72,12 @@ class _WarningsUp(logging.Filter):
 
 
 def prepare() -> None:
-    """Quiet third-party noise and pick up the embedded stack's endpoints."""
+    """Quiet third-party noise, read ``.env`` (``SHARDLINE_ENV_FILE``) into the variables
+    left unset, then pick up the embedded stack's endpoints for those still unset."""
+    from shardline.core.settings import load_env_file
+
     quiet_dependencies()
+    load_env_file()
     use_stack_env()
 
 

@@ -5,13 +5,19 @@ against the embedded stack, MinIO or AWS. Each group is read by pydantic-setting
 variables named below (case-sensitive, an empty value counts as unset) into a frozen
 dataclass the rest of the code passes around (and pickles into Spark tasks).
 
+A ``.env`` file in the current folder (``KEY=value`` lines, pydantic-settings' dotenv
+source; ``SHARDLINE_ENV_FILE`` names another file) fills in what the environment leaves
+unset: a variable set in the environment always wins. Settings read from an explicit
+mapping (``read_env(group, env)``: the embedded stack's own environment) ignore it.
+
 - ``SHARDLINE_BUCKET``: bucket (required for anything that touches S3)
 - ``SHARDLINE_S3_ENDPOINT_URL``: S3 endpoint (unset = AWS); ``AWS_ACCESS_KEY_ID``,
   ``AWS_SECRET_ACCESS_KEY``, ``AWS_DEFAULT_REGION``
 - ``SHARDLINE_S3_CONNECT_TIMEOUT`` (10 s), ``SHARDLINE_S3_READ_TIMEOUT`` (120 s),
   ``SHARDLINE_S3_MAX_ATTEMPTS`` (6, botocore standard retries) per S3 call
 - ``SHARDLINE_SPARK_REMOTE``: Spark Connect URL (``sc://host:15002``); else
-  ``SHARDLINE_SPARK_MASTER`` (default ``local[*]``)
+  ``SHARDLINE_SPARK_MASTER`` (default ``local[*]``); ``SHARDLINE_SPARK_TOKEN``: the
+  Connect endpoint's token (flow runs: the Secret block ``SHARDLINE_SPARK_TOKEN_BLOCK``)
 - ``SHARDLINE_CACHE_DIR`` / ``SHARDLINE_CACHE_MAX_GB``: override ``[train] cache_dir`` /
   ``cache_max_gb`` (e.g. a mounted volume in Kubernetes)
 - ``SHARDLINE_ROWS_CHUNK``: rows the ingest driver holds at once (default 1,000,000)
@@ -23,17 +29,25 @@ dataclass the rest of the code passes around (and pickles into Spark tasks).
 from __future__ import annotations
 
 import contextvars
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
-from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    EnvSettingsSource,
+    SettingsConfigDict,
+)
 
 from shardline.core.errors import ConfigError
 
 _KEYS_CHECKED = ConfigDict(extra="forbid")
+# the dotenv file read under the environment (default .env in the current folder)
+ENV_FILE_VAR = "SHARDLINE_ENV_FILE"
 _MAPPING: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
     "shardline_env", default=None)
 
@@ -53,18 +67,40 @@ class EnvGroup(BaseSettings):
     """Base of every group of environment variables (read from ``os.environ`` or a mapping)."""
 
     model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True,
-                                      extra="ignore", frozen=True)
+                                      extra="ignore", frozen=True, env_file=".env",
+                                      env_file_encoding="utf-8")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: Any,
                                    env_settings: Any, dotenv_settings: Any,
                                    file_secret_settings: Any) -> tuple[Any, ...]:
         given = _MAPPING.get()
-        return (init_settings, env_settings if given is None
-                else _MappingSource(settings_cls, given))
+        if given is not None:
+            return (init_settings, _MappingSource(settings_cls, given))
+        return (init_settings, env_settings,
+                DotEnvSettingsSource(settings_cls, env_file=env_file(), case_sensitive=True,
+                                     env_ignore_empty=True))
 
 
 G = TypeVar("G", bound=EnvGroup)
+
+
+def env_file() -> str:
+    """The dotenv file read under the environment: ``SHARDLINE_ENV_FILE`` or ``.env``."""
+    return os.environ.get(ENV_FILE_VAR) or ".env"
+
+
+def load_env_file() -> dict[str, str]:
+    """Put the dotenv file's variables into ``os.environ`` where they are unset (what
+    python-dotenv's ``load_dotenv`` does): the command line calls this before it lets the
+    embedded stack fill in its endpoints, so environment > .env > stack, and processes it
+    starts see the same values. Returns what it set."""
+    from dotenv import dotenv_values
+
+    added = {k: v for k, v in dotenv_values(env_file()).items()
+             if v and not os.environ.get(k)}
+    os.environ.update(added)
+    return added
 
 
 @contextmanager
@@ -105,6 +141,7 @@ class StoreEnv(EnvGroup):
 
 class SparkEnv(EnvGroup):
     remote: str | None = Field(None, validation_alias="SHARDLINE_SPARK_REMOTE")
+    token: str | None = Field(None, validation_alias="SHARDLINE_SPARK_TOKEN", repr=False)
     master: str = Field("local[*]", validation_alias="SHARDLINE_SPARK_MASTER")
 
 
@@ -178,10 +215,22 @@ class StoreSettings:
 
 @dataclass(frozen=True, config=_KEYS_CHECKED)
 class SparkSettings:
-    """``SHARDLINE_SPARK_REMOTE`` (an ``sc://`` Spark Connect URL) or a local master."""
+    """``SHARDLINE_SPARK_REMOTE`` (an ``sc://`` Spark Connect URL) or a local master;
+    ``token``: the Connect endpoint's bearer token (``SHARDLINE_SPARK_TOKEN``, or the
+    Prefect Secret block flow runs read: ``flows/settings.py``), kept out of the URL that
+    is logged and shown, added only where the session is built (:meth:`connect_url`)."""
 
     remote: str | None = None
     master: str = "local[*]"
+    token: str | None = Field(default=None, repr=False)
+
+    def connect_url(self) -> str | None:
+        """``remote`` with ``;token=...`` added (Spark Connect's URL parameter) when a token
+        is set and the URL carries none."""
+        if not self.remote or not self.token or ";token=" in self.remote:
+            return self.remote
+        base = self.remote if "/" in self.remote.removeprefix("sc://") else self.remote + "/"
+        return f"{base.rstrip(';')};token={self.token}"
 
     @field_validator("remote")
     @classmethod
@@ -196,6 +245,6 @@ class SparkSettings:
         """Raises: ConfigError: ``SHARDLINE_SPARK_REMOTE`` is not an ``sc://`` URL."""
         e = read_env(SparkEnv, env)
         try:
-            return cls(remote=e.remote, master=e.master)
+            return cls(remote=e.remote, master=e.master, token=e.token or None)
         except ValidationError as exc:
             raise ConfigError(str(exc.errors()[0]["ctx"]["error"])) from exc

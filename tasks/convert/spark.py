@@ -34,7 +34,8 @@ def get_session(settings: SparkSettings) -> Any:
         spark = _sessions.get(key)
         if spark is not None and _alive(spark):
             return spark
-        spark = _remote(settings.remote) if settings.remote else _local(settings.master)
+        spark = (_remote(settings.remote, settings.connect_url()) if settings.remote
+                 else _local(settings.master))
         _sessions[key] = spark
         return spark
 
@@ -80,7 +81,9 @@ def probe_connect(url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
             "Spark Connect server") from exc
 
 
-def _remote(url: str) -> Any:
+def _remote(url: str, with_token: str | None = None) -> Any:
+    """A Connect session on ``url``; ``with_token`` is the same URL with the endpoint's
+    token (never logged)."""
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
@@ -88,7 +91,7 @@ def _remote(url: str) -> Any:
     log.info("using Spark Connect at %s", url)
     # create(), not getOrCreate(): getOrCreate() hands back the process's default session
     # whatever the URL (a second server, or a new one after a restart, was never reached).
-    spark = SparkSession.builder.remote(url).create()
+    spark = SparkSession.builder.remote(with_token or url).create()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES,
                                                    max_backoff=CONNECT_MAX_BACKOFF_MS)])
     return spark

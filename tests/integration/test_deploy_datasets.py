@@ -176,3 +176,28 @@ def test_plain_prefect_deploy_all_works_as_written(api: str, store_settings: Sto
     assert deps["digits-on-upload"]["work_pool_name"] == "shardline-process"
     assert deps["digits-nightly"]["parameters"]["config"] == "examples/digits.toml"
     assert "other-nightly" in deps                               # left as it was
+
+
+def test_the_spark_token_travels_as_a_secret_block(api: str, store_settings: StoreSettings,
+                                                   tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shardline deploy` with SHARDLINE_SPARK_TOKEN set saves it as a Prefect Secret block
+    and names the block in the deployments (never the token); a flow run reads it back."""
+    import json
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from shardline.flows.settings import spark_settings
+
+    monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", "sc://spark.example:443")
+    monkeypatch.setenv("SHARDLINE_SPARK_TOKEN", "tok-0123456789")
+    deploy(DeploySpec(dataset_toml(tmp_path, "tok", "incoming/tok/"), api), store_settings)
+    deps = {n: d for n, d in deployments(api).items() if n.startswith("tok-")}
+    assert len(deps) == 3 and "tok-0123456789" not in json.dumps(deps)
+    assert all(d["job_variables"]["env"]["SHARDLINE_SPARK_TOKEN_BLOCK"] ==
+               "shardline-spark-token" for d in deps.values())
+    monkeypatch.delenv("SHARDLINE_SPARK_TOKEN")
+    monkeypatch.setenv("SHARDLINE_SPARK_TOKEN_BLOCK", "shardline-spark-token")
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        spark = spark_settings()
+    assert spark.connect_url() == "sc://spark.example:443/;token=tok-0123456789"

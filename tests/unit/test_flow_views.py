@@ -133,3 +133,19 @@ def test_config_source_errors_name_the_fix(tmp_path: Path) -> None:
         config_document(5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"\[dataset\]"):
         load_flow_config({"train": {"epochs": 1}})
+
+
+def test_a_failed_run_keeps_the_naming_pattern() -> None:
+    from shardline.flows.runs import failed_name
+
+    assert failed_name("ingest-digits-running-event-1a2b3c", "ingest", "digits", "event",
+                       "1a2b3c") == "ingest-digits-failed-event-1a2b3c"
+    assert failed_name("train-digits-v3-cli-1a2b3c", "train", "digits", "cli",
+                       "1a2b3c") == "train-digits-v3-failed-cli-1a2b3c"
+    # the placeholder a run has before it read its config (no trigger in it)
+    assert failed_name("ingest-digits-running-1a2b3c", "ingest", "digits", "schedule",
+                       "1a2b3c") == "ingest-digits-failed-schedule-1a2b3c"
+    assert failed_name("train-x-resolving-1a2b3c", "train", "x", "event",
+                       "1a2b3c") == "train-x-failed-event-1a2b3c"
+    again = "ingest-digits-failed-event-1a2b3c"      # a second hook call changes nothing
+    assert failed_name(again, "ingest", "digits", "event", "1a2b3c") == again
