@@ -71,7 +71,8 @@ def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
         f"- version: {version if version is not None else '(none)'}",
         f"- rows in: {c['rows']}, published: {c['ok']}, quarantined: {c['quarantined']} "
         f"({c['quarantine_fraction']:.1%}; limit {c['max_quarantine_fraction']:.1%})",
-        f"- report: `{report.report}`",
+        "",
+        "## great-expectations results, per expectation",
         "",
         "| suite | expectation | column | result | detail |",
         "|---|---|---|---|---|",
@@ -84,6 +85,7 @@ def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
     if c["by_rule"]:
         lines += ["", "## Quarantined rows by rule", "", "| rule | rows |", "|---|---|"]
         lines += [f"| {k} | {v} |" for k, v in c["by_rule"].items()]
+    lines += ["", f"*The same results as JSON, for tools: `{report.report}`*"]
     return "\n".join(lines) + "\n"
 
 
@@ -177,14 +179,45 @@ def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
             "earlier data accuracy": _pct(m.get("accuracy_earlier")),
             "promoted": state,
             "gate": m.get("gate", m.get("status", "")),
+            "reason": m.get("reason") or "",
             "created": m.get("created") or "",
         })
     return rows
 
 
+def _clamped(ys: list[float], lim: tuple[float, float]) -> tuple[list[float], list[str]]:
+    """Values pinned inside the axis, and a marker per value: ``o`` in range, ``v`` / ``^``
+    pinned to the bottom / top edge (a refused model far below the live line)."""
+    lo, hi = lim
+    pad = (hi - lo) * 0.02
+    out, marks = [], []
+    for y in ys:
+        if y < lo:
+            out.append(lo + pad)
+            marks.append("v")
+        elif y > hi:
+            out.append(hi - pad)
+            marks.append("^")
+        else:
+            out.append(y)
+            marks.append("o")
+    return out, marks
+
+
+def trend_limits(models: list[dict[str, Any]], ever_promoted: list[int]
+                 ) -> tuple[float, float]:
+    """The accuracy axis: fitted to the promoted models (held-out and earlier data), so one
+    refused model far below does not squash their line; all models when none was promoted."""
+    done = [m for m in models if m.get("accuracy") is not None]
+    promo = [m for m in done if m["model"] in ever_promoted or m.get("promoted")] or done
+    return fitted_limits([m["accuracy"] for m in promo] +
+                         [m.get("accuracy_earlier") for m in promo])
+
+
 def trend_png(models: list[dict[str, Any]], ever_promoted: list[int]) -> bytes:
-    """Held-out accuracy (and accuracy on earlier data) per model number; promoted models
-    filled, the live one ringed; the axis fitted to the data."""
+    """Held-out accuracy (and accuracy on earlier data) of the promoted models, as lines on
+    an axis fitted to them; refused models as red marks off the line (pinned to the edge,
+    with their value, when outside the axis); the live model ringed."""
     import io
 
     import matplotlib
@@ -193,28 +226,32 @@ def trend_png(models: list[dict[str, Any]], ever_promoted: list[int]) -> bytes:
     import matplotlib.pyplot as plt
 
     done = [m for m in models if m.get("accuracy") is not None]
-    fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
-    xs = [m["model"] for m in done]
-    ax.plot(xs, [m["accuracy"] for m in done], color="tab:blue", alpha=0.5,
-            label="held-out accuracy")
     promo = [m for m in done if m["model"] in ever_promoted or m.get("promoted")]
-    ax.scatter([m["model"] for m in promo], [m["accuracy"] for m in promo], color="tab:blue",
-               zorder=3, label="promoted")
     refused = [m for m in done if m not in promo]
-    ax.scatter([m["model"] for m in refused], [m["accuracy"] for m in refused],
-               facecolors="none", edgecolors="tab:red", zorder=3, label="not promoted")
-    earlier = [(m["model"], m["accuracy_earlier"]) for m in done
+    lim = trend_limits(models, ever_promoted)
+    fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
+    ax.plot([m["model"] for m in promo], [m["accuracy"] for m in promo], color="tab:blue",
+            marker="o", label="held-out accuracy (promoted)")
+    earlier = [(m["model"], m["accuracy_earlier"]) for m in promo
                if m.get("accuracy_earlier") is not None]
     if earlier:
         ax.plot(*zip(*earlier, strict=True), color="tab:green", marker=".", linestyle=":",
-                label="earlier data")
+                label="earlier data (promoted)")
+    ys, marks = _clamped([m["accuracy"] for m in refused], lim)
+    for m, y, mark in zip(refused, ys, marks, strict=True):
+        ax.scatter([m["model"]], [y], marker=mark, color="tab:red", zorder=3,
+                   label="refused" if m is refused[0] else None)
+        if mark != "o":
+            ax.annotate(f"{100 * m['accuracy']:.1f} %", (m["model"], y), fontsize=7,
+                        color="tab:red", xytext=(4, 4 if mark == "v" else -10),
+                        textcoords="offset points")
     live = [m for m in done if m.get("promoted")]
     if live:
         ax.scatter([live[0]["model"]], [live[0]["accuracy"]], s=180, facecolors="none",
                    edgecolors="black", zorder=4, label=f"live: model {live[0]['model']}")
-    values = [m["accuracy"] for m in done] + [a for _, a in earlier]
-    ax.set(xlabel="model number", ylabel="accuracy", ylim=fitted_limits(values),
-           title="held-out accuracy by model")
+    xs = sorted(m["model"] for m in done)
+    ax.set(xlabel="model number", ylabel="accuracy", ylim=lim,
+           title="held-out accuracy by model (axis fitted to the promoted models)")
     if xs:
         ax.set_xticks(xs if len(xs) <= 25 else xs[:: max(1, len(xs) // 25)])
     ax.grid(alpha=0.3)

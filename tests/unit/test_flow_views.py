@@ -149,3 +149,28 @@ def test_a_failed_run_keeps_the_naming_pattern() -> None:
                        "1a2b3c") == "train-x-failed-event-1a2b3c"
     again = "ingest-digits-failed-event-1a2b3c"      # a second hook call changes nothing
     assert failed_name(again, "ingest", "digits", "event", "1a2b3c") == again
+
+
+def test_the_trend_axis_is_fitted_to_the_promoted_models() -> None:
+    """One refused model at 0.10 must not stretch the axis to 0..1 and hide 98.43 -> 98.72 %:
+    the axis fits the promoted models; the refused one is a mark pinned to the edge."""
+    from shardline.flows.artifacts import _clamped, trend_limits
+
+    models = [
+        {"model": 1, "accuracy": 0.9843, "accuracy_earlier": None, "promoted": False},
+        {"model": 2, "accuracy": 0.10, "accuracy_earlier": 0.11, "promoted": False},
+        {"model": 3, "accuracy": 0.9872, "accuracy_earlier": 0.9764, "promoted": True},
+    ]
+    lo, hi = trend_limits(models, ever_promoted=[1, 3])
+    assert 0.95 < lo < 0.9764 and 0.9872 < hi <= 1.0
+    ys, marks = _clamped([0.10, 0.985, 1.5], (lo, hi))
+    assert marks == ["v", "o", "^"] and lo < ys[0] < ys[1] < ys[2] < hi
+    assert trend_limits(models[1:2], ever_promoted=[]) == fitted_limits([0.10, 0.11])
+    assert trend_png(models, [1, 3])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_models_table_has_a_reason_column() -> None:
+    models = [dict(MODELS[2], reason="accuracy 0.9000 below the promoted 0.9700")]
+    row = model_view_rows(models, ever_promoted=[])[0]
+    assert row["reason"] == "accuracy 0.9000 below the promoted 0.9700"
+    assert model_view_rows(MODELS[3:], [])[0]["reason"] == ""
