@@ -3,7 +3,9 @@
 Deployments name a prefect-aws ``AwsCredentials`` block in ``SHARDLINE_AWS_CREDENTIALS_BLOCK``
 (its secret fields stay hidden in the UI and logs, and never travel as flow parameters or
 artifacts); the endpoint and bucket still come from the environment. Without a block name
-(the CLI, tests) the standard environment variables are used.
+(the CLI, tests), or when the named block does not exist (prefect.yaml deployed by hand
+on a server where `shardline deploy` never saved it: a warning in the run's log), the
+standard environment variables are used (or the machine's IAM role).
 
 The Spark Connect endpoint's token (Databricks and other managed endpoints) comes from the
 Prefect ``Secret`` block named in ``SHARDLINE_SPARK_TOKEN_BLOCK`` (``shardline deploy``
@@ -14,6 +16,7 @@ and names it in the deployments), else from ``SHARDLINE_SPARK_TOKEN`` in the env
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 from shardline.core.config import SparkSettings, StoreSettings
@@ -56,9 +59,14 @@ def store_settings() -> StoreSettings:
 
     try:
         creds = AwsCredentials.load(name)
-    except ValueError as exc:
-        raise ConfigError(f"AwsCredentials block {name!r} (from {BLOCK_ENV}) was not found; "
-                          "create it with `shardline deploy` or in the Prefect UI") from exc
+    except ValueError:
+        # prefect.yaml as written names shardline-s3; on a server where no `shardline
+        # deploy` saved it, the environment's keys (or the machine's IAM role) are the
+        # credentials, as they are outside deployments
+        logging.getLogger(__name__).warning(
+            "AwsCredentials block %r (from %s) was not found; using the environment's S3 "
+            "credentials (`shardline deploy` saves the block)", name, BLOCK_ENV)
+        return base
     if not isinstance(creds, AwsCredentials):   # a coroutine: only when called from async code
         raise TypeError(f"AwsCredentials.load({name!r}) returned {type(creds).__name__}; call "
                         "store_settings() from synchronous code")

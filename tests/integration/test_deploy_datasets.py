@@ -201,3 +201,24 @@ def test_the_spark_token_travels_as_a_secret_block(api: str, store_settings: Sto
     with temporary_settings(updates={PREFECT_API_URL: api}):
         spark = spark_settings()
     assert spark.connect_url() == "sc://spark.example:443/;token=tok-0123456789"
+
+
+def test_s3_keys_come_from_the_block_else_the_environment(
+        api: str, store_settings: StoreSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AwsCredentials block `shardline deploy` saved wins; a block name that no deploy
+    saved (prefect.yaml deployed by hand) falls back to the environment's keys."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from shardline.flows.settings import store_settings as flow_store_settings
+    from shardline.infra.deploy import save_credentials_block
+
+    monkeypatch.setenv("SHARDLINE_BUCKET", store_settings.bucket)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "env-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        block = save_credentials_block(store_settings)        # keys "testing"
+        monkeypatch.setenv("SHARDLINE_AWS_CREDENTIALS_BLOCK", block)
+        assert flow_store_settings().access_key == store_settings.access_key == "testing"
+        monkeypatch.setenv("SHARDLINE_AWS_CREDENTIALS_BLOCK", "never-saved")
+        got = flow_store_settings()
+    assert (got.access_key, got.secret_key) == ("env-key", "env-secret")

@@ -131,13 +131,23 @@ def cli() -> typer.Typer:
     return app
 
 
-def test_status_reports_every_service_alive(stack_a: StackConfig) -> None:
+def test_status_reports_every_service_alive(stack_a: StackConfig, cli: typer.Typer) -> None:
     st = stack.status(stack_a.home)
     assert st["running"] and st["bucket"] == "shardline"
     for name in SERVICES:
         svc = st["services"][name]
         assert svc["alive"] and svc["healthy"], (name, svc)
         assert svc["port"] == stack_a.ports[name] and Path(svc["log"]).is_file()
+    # a worker per pool (ingest: shardline-process, training: shardline-train), and the
+    # status lists the deployed datasets with their deployments
+    assert st["services"]["worker"]["alive"] and st["services"]["train-worker"]["alive"]
+    run = CliRunner().invoke(cli, ["status", "--json", "--home", str(stack_a.home)])
+    assert run.exit_code == 0, run.output
+    listed = json.loads(run.output)["datasets"]
+    assert [(d["name"], d["work_pool"]) for d in listed["digits"]] == [
+        ("ingest/digits-nightly", "shardline-process"),
+        ("ingest/digits-on-upload", "shardline-process"),
+        ("train/digits-on-publish", "shardline-train")]
     saved = json.loads((stack_a.home / "stack.json").read_text())
     assert {"started_at", "bucket", "urls", "services"} <= set(saved)
     state = stack.running_stack(stack_a.home)
