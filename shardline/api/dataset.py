@@ -93,8 +93,8 @@ class Dataset:
     @cached_property
     def fields(self) -> DatasetInfo:
         """The version's typed fields and target (name, kind, dtype, per-sample shape as
-        the loader serves it; ``shardline.core.fields``)."""
-        return dataset_info(self.config)
+        the loader serves it, and the statistics the version records; ``core.fields``)."""
+        return dataset_info(self.config, self.manifest.stats)
 
     @cached_property
     def schema(self) -> pa.Schema:
