@@ -174,6 +174,10 @@ class Dataset:
 
     def images(self, table: pa.Table) -> np.ndarray:
         """The first image field of ``table`` (legacy: ``image``) as ``[N, H, W, C]``."""
+        if not self.fields.images:
+            raise ValueError(f"dataset {self.name!r} declares no image field (fields: "
+                             f"{[f.name for f in self.fields.fields]}); use "
+                             "ds.array(table, name)")
         return self.array(table, self.fields.images[0].name)
 
     @cached_property
