@@ -181,6 +181,7 @@ def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
             "gate": m.get("gate", m.get("status", "")),
             "reason": m.get("reason") or "",
             "created": m.get("created") or "",
+            "moves of the live pointer (when, what, who)": m.get("moves") or "",
         })
     return rows
 

@@ -6,6 +6,7 @@ The public Python API (read-only, see README "Python API")::
     ds = shardline.open_dataset("digits")      # latest version; version=N for another
     table, df = ds.to_table(), ds.to_pandas()
     loader = ds.torch_loader(batch_size=256)
+    model = shardline.load_model("digits")     # the live model: model.predict(batch)
 
 Names load on first use (``shardline.api``), so importing the package stays light.
 """
@@ -16,8 +17,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_API = ("open_dataset", "list_dataset_versions", "list_models", "Dataset", "VersionDiff",
-        "TorchLoader")
+_API = ("open_dataset", "list_dataset_versions", "list_models", "load_model", "Dataset",
+        "VersionDiff", "TorchLoader")
 
 
 def __getattr__(name: str) -> Any:

@@ -24,6 +24,7 @@ from shardline.trainer.dist import barrier
 from shardline.trainer.evaluate import EvalResult
 from shardline.trainer.factory import info_record
 from shardline.trainer.loop import LoopState
+from shardline.trainer.moves import pinned
 from shardline.trainer.promote import Decision, decide, promote
 from shardline.trainer.result import TrainResult
 from shardline.trainer.stream import ShardStream
@@ -80,6 +81,12 @@ def _save(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer, l
     meta = _meta(ctx, number, state, loader, decision, before, after, rest, step)
     registry.save(number, tensors_to_bytes(model_tensors(model)),
                   tensors_to_bytes(opt_tensors), meta)
+    pin = pinned(ctx.start.promoted)
+    if decision.promote and pin is not None:
+        decision = Decision(False, f"gate passed ({decision.reason}) but the live model "
+                            f"{ctx.start.parent_number} is pinned by {pin.get('by')} "
+                            f"({pin.get('reason') or 'no reason given'}); `shardline models "
+                            "promote` or `rollback` unpins it")
     decision = promote(registry, number, ctx.start, decision, after.accuracy,
                        ctx.dataset_version)
     registry.clear_progress(ctx.run_key)

@@ -41,6 +41,35 @@ def _scale(f: FieldInfo) -> tuple[torch.Tensor, torch.Tensor] | None:
     return None
 
 
+def _chw(x: torch.Tensor, f: FieldInfo) -> torch.Tensor:
+    """An image batch given as stored (N, H, W, C) seen as (N, C, H, W) (a view)."""
+    if f.kind == "image" and len(f.shape) == 3 and x.dim() == 4:
+        c, h, w = f.shape
+        if tuple(x.shape[1:]) == (h, w, c) and tuple(x.shape[1:]) != (c, h, w):
+            return x.permute(0, 3, 1, 2)
+    return x
+
+
+def arrow_fields(table: Any, info: DatasetInfo) -> dict[str, torch.Tensor]:
+    """The fields of a table of published rows as tensors (images (N, H, W, C), as stored)."""
+    import numpy as np
+
+    out = {}
+    for f in info.fields:
+        col = table.column(f.name).combine_chunks()
+        if f.kind == "image" and hasattr(col.type, "byte_width"):    # legacy fixed-size bytes
+            c, h, w = f.shape
+            flat = np.frombuffer(col.buffers()[1], np.dtype(f.dtype), count=len(col) * c * h * w,
+                                 offset=col.offset * c * h * w * np.dtype(f.dtype).itemsize)
+            arr = flat.reshape(len(col), h, w, c)
+        elif hasattr(col, "to_numpy_ndarray"):                        # fixed_shape_tensor
+            arr = col.to_numpy_ndarray()
+        else:
+            arr = col.to_numpy(zero_copy_only=False)
+        out[f.name] = torch.from_numpy(np.ascontiguousarray(arr))
+    return out
+
+
 class Preprocessed(nn.Module):
     """``net`` behind the dataset's normalisation; call it with raw fields (a dict of
     tensors: extra keys such as the target or ``key`` are ignored; or the one field's
@@ -63,7 +92,13 @@ class Preprocessed(nn.Module):
         return self.info.target.classes
 
     def inputs(self, batch: Any) -> torch.Tensor | dict[str, torch.Tensor]:
-        """The network's input for ``batch`` (normalised, by the model-call convention)."""
+        """The network's input for ``batch`` (normalised, by the model-call convention).
+
+        ``batch``: a dict of the fields (tensors or numpy arrays; other keys ignored), the
+        one field's tensor, or a ``pyarrow.Table`` of published rows (``ds.to_table()``).
+        An image field is taken as (C, H, W) per sample, or as stored, (H, W, C)."""
+        if hasattr(batch, "column_names"):
+            batch = arrow_fields(batch, self.info)
         if not isinstance(batch, Mapping):
             if len(self.names) != 1:
                 raise TypeError(f"this model takes fields {self.names}: pass a dict of them")
@@ -74,7 +109,7 @@ class Preprocessed(nn.Module):
         out = {}
         dev = next(self.net.parameters(), torch.empty(0)).device
         for i, name in enumerate(self.names):
-            x = torch.as_tensor(batch[name]).to(dev, non_blocking=True)
+            x = _chw(torch.as_tensor(batch[name]), self.info.fields[i]).to(dev, non_blocking=True)
             mean = getattr(self, f"mean{i}", None)
             if mean is not None:
                 x = (x.float() - mean) / getattr(self, f"std{i}")

@@ -41,11 +41,21 @@ _NUM_RE = re.compile(r"/(\d{6})/$")
 _STEP_RE = re.compile(r"/step-(\d{9})\.safetensors$")
 
 
+MOVES_KEPT = 1000
+
+
 @dataclass(frozen=True)
 class Promoted:
     number: int                        # model number the pointer names
     etag: str
     pointer: dict[str, Any]
+
+
+def moves(promoted: Promoted | None) -> list[dict[str, Any]]:
+    """The pointer's log of moves, oldest first (entries that are not objects dropped: the
+    log is shown, never acted on)."""
+    raw = promoted.pointer.get("moves") if promoted is not None else None
+    return [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
 
 
 class ModelRegistry:
@@ -150,13 +160,22 @@ class ModelRegistry:
         except StoreError:
             return False
 
-    def promote(self, number: int, expected: Promoted | None, why: dict[str, Any]) -> None:
+    def promote(self, number: int, expected: Promoted | None, why: dict[str, Any],
+                move: dict[str, Any] | None = None) -> None:
         """Point ``promoted.json`` at model ``number`` if it still is what ``expected`` saw.
+
+        The pointer keeps the log of every move (``"moves"``, the last :data:`MOVES_KEPT`):
+        when, ``from`` -> ``to``, the ``action`` (promote, rollback, pin) and ``by`` whom
+        (``move`` names them; default: a promotion by the gate of a training run).
 
         Raises:
             ObjectExists / ObjectChanged: another run moved the pointer first.
         """
-        body = json_bytes({"version": number, "at": now_iso(), **why})
+        at = now_iso()
+        entry = {"at": at, "action": "promote", "by": "gate (training run)", **(move or {}),
+                 "from": expected.number if expected else None, "to": number}
+        body = json_bytes({"version": number, "at": at, **why,
+                           "moves": [*moves(expected), entry][-MOVES_KEPT:]})
         try:
             if expected is None:
                 self.store.put_bytes(self.pointer_key, body, if_none_match=True,

@@ -13,7 +13,7 @@ from typing import Any
 from shardline.core.errors import StoreError
 from shardline.core.store import Store
 from shardline.trainer.promote import history
-from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.registry import ModelRegistry, moves
 
 
 def _acc(metrics: dict[str, Any] | None, key: str) -> float | None:
@@ -26,9 +26,19 @@ def model_history(store: Store, dataset: str, model: str) -> dict[str, Any]:
     ``promoted_history`` (every model number ever promoted, oldest first) and ``models``
     (:func:`model_rows`: promoted and refused candidates alike)."""
     promoted = ModelRegistry(store, dataset, model).promoted()
+    pin = promoted.pointer.get("pinned") if promoted is not None else None
     return {"live": None if promoted is None else promoted.number,
-            "promoted_history": history(promoted),
+            "pinned": pin if isinstance(pin, dict) else None,
+            "promoted_history": history(promoted), "moves": moves(promoted),
             "models": model_rows(store, dataset, model)}
+
+
+def move_text(m: dict[str, Any]) -> str:
+    """One move of the live pointer as a line: ``2026-11-26T10:02 pin by alice (from 3:
+    reason)``."""
+    at = str(m.get("at", ""))[:16]
+    why = f": {m['reason']}" if m.get("reason") else ""
+    return f"{at} {m.get('action', 'promote')} by {m.get('by', '?')} (from {m.get('from')}{why})"
 
 
 def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
@@ -42,6 +52,10 @@ def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
     registry = ModelRegistry(store, dataset, model)
     promoted = registry.promoted()
     ever = set(history(promoted))
+    moved: dict[int, list[str]] = {}
+    for m in moves(promoted):
+        if isinstance(m.get("to"), int):
+            moved.setdefault(m["to"], []).append(move_text(m))
 
     def promotion(n: int) -> str:
         return "live" if promoted is not None and promoted.number == n else \
@@ -66,5 +80,8 @@ def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
             "gate": "passed" if gate.get("passed") else "refused",
             "promoted": promoted is not None and promoted.number == n,
             "promotion": promotion(n), "reason": gate.get("reason"),
+            "factory": (meta.get("build") or {}).get("factory"),
+            "metrics": after.get("metrics") if isinstance(after, dict) else None,
+            "moves": "; ".join(moved.get(n, [])),
         })
     return out

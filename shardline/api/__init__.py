@@ -5,6 +5,7 @@ rows, diff versions, read the model registry. Read-only.
     ds = shardline.open_dataset("digits")          # latest; version=N for another
     df = ds.to_pandas()                             # or ds.to_table(), ds.to_dataset()
     loader = ds.torch_loader(batch_size=256)        # the trainer's loader: shuffle, resume, ranks
+    model = shardline.load_model("digits")          # the live model; model.predict(batch)
 
 Attributes load on first use, so ``import shardline`` stays light (torch is imported only
 by the torch loader).
@@ -22,6 +23,7 @@ _EXPORTS = {
     "VersionDiff": "shardline.api.dataset",
     "TorchLoader": "shardline.api.torch_data",
     "store_settings": "shardline.api.access",
+    "load_model": "shardline.api.models",
 }
 
 

@@ -1,7 +1,7 @@
-"""``shardline models``, ``quarantine``, ``diff``: read-only views of the registry and versions.
+"""``shardline quarantine``, ``diff``: read-only views of the versions (``shardline models``
+is ``cli/models_cmd.py``).
 
-All three read the bucket only (manifests, quarantine shards, ``models/.../meta.json`` and
-``promoted.json``) and never start a flow run.
+Both read the bucket only (manifests, quarantine shards) and never start a flow run.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from shardline.cli.common import ConfigOpt, JsonOpt, prepare
 from shardline.cli.output import emit_json, fail, line, rows
 from shardline.core.errors import ShardlineError
 
-ModelOpt = typer.Option(None, "--model", help="model architecture (default: [train] model)")
 LimitOpt = typer.Option(50, "--limit", min=0, help="rows to print (0 = all)")
 AllOpt = typer.Option(False, "--all", help="every live batch's rejects, not only the "
                       "version's own batch")
@@ -36,36 +35,6 @@ def _open(config: str, version: int | None) -> Any:
     preflight.s3(store.settings)
     preflight.dataset_versions(store.settings, cfg, version)
     return cfg, open_dataset(cfg, version, store=store)
-
-
-def models(config: str = ConfigOpt, model: str | None = ModelOpt,
-           as_json: bool = JsonOpt) -> None:
-    """The model history: every candidate, promoted or refused, with its dataset version,
-    held-out accuracy (overall, on the run's new data, on earlier data), the gate's decision
-    and reason, and which one is live (promoted: live / earlier / no)."""
-    prepare()
-    from shardline.api.models import model_history
-    from shardline.cli import preflight
-
-    try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
-        arch = model or cfg.train.registry_name
-        hist = model_history(store, cfg.dataset.name, arch)
-    except ShardlineError as exc:
-        fail(exc, as_json)
-    if as_json:
-        emit_json({"dataset": cfg.dataset.name, "model": arch, **hist})
-        return
-    cols = ["model", "status", "dataset_version", "parent", "accuracy", "accuracy_new",
-            "accuracy_earlier", "gate", "promoted", "created", "reason"]
-    live = hist["live"]
-    rows([{**r, "promoted": r["promotion"]} for r in reversed(hist["models"])],
-         title=f"{cfg.dataset.name} / {arch} models, latest first (live: "
-               f"{'none' if live is None else f'model {live}'}; s3://{store.bucket}/models/"
-               f"{cfg.dataset.name}/{arch}/)", columns=cols,
-         empty=f"no {arch} models of {cfg.dataset.name} yet; run `shardline train -c {config}`")
 
 
 def quarantine(config: str = ConfigOpt,
@@ -122,6 +91,5 @@ def diff(config: str = ConfigOpt,
 
 
 def register(app: typer.Typer) -> None:
-    app.command("models")(models)
     app.command("quarantine")(quarantine)
     app.command("diff")(diff)

@@ -62,7 +62,7 @@ def test_config_mistakes_name_file_section_and_fix(env: dict[str, str], tmp_path
     line = one_line_error(run(env, "train", "-c", str(bad)))
     assert "[train] epoch: unknown key; known keys: model, width" in line
     assert "[train] lr: expected a number, got 'x'" in line
-    assert "[train] model: unknown model 'resnet999'; known models: cnn, resnet" in line
+    assert "[train] model: unknown model 'resnet999': use a built-in (cnn, resnet, mlp)" in line
     r = run(env, "--debug", "config", "check", "-c", str(bad))
     assert r.returncode == 1 and "Traceback" in r.stderr
 

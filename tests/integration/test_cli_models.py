@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from shardline.core.errors import ObjectChanged, ObjectExists
 from shardline.core.store import ObjectStore
 from shardline.trainer.registry import ModelRegistry
 from tests.integration.api_data import Published
@@ -59,3 +62,50 @@ def test_models_shows_promoted_and_refused_candidates_and_the_live_one(
     assert [by_n[n]["promotion"] for n in (1, 2, 3, 4)] == ["earlier", "no", "live", "no"]
     assert [by_n[n]["promoted"] for n in (1, 2, 3, 4)] == [False, False, True, False]
     assert by_n[2]["accuracy"] == 0.85 and by_n[2]["gate"] == "refused"
+
+
+def test_promote_rollback_and_pin_move_the_live_pointer_and_log_who_asked(
+        env: dict[str, str], config: Path, published: Published,  # noqa: F811
+        store: ObjectStore) -> None:
+    from shardline.trainer.moves import MoveRefused, move
+
+    name = published.cfg.dataset.name
+    reg = ModelRegistry(store, name, published.cfg.train.registry_name)
+    candidate(reg, 0.90, True, "first model", None)
+    candidate(reg, 0.85, False, "refused", 1)
+    candidate(reg, 0.93, True, "better", 1)
+
+    r = run(env, "models", "rollback", "-c", str(config), "--by", "alice",
+            "--reason", "3 misbehaves in production")
+    assert r.returncode == 0, r.stderr
+    assert "rollback by alice: live model 3 -> 1" in r.stdout
+    assert reg.promoted().number == 1
+
+    r = run(env, "models", "pin", "2", "-c", str(config), "--by", "bob", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["live"] == 2
+    pointer = reg.promoted()
+    assert pointer.number == 2 and pointer.pointer["pinned"]["by"] == "bob"
+
+    r = run(env, "models", "promote", "9", "-c", str(config))
+    assert r.returncode == 1 and "model 9" in r.stderr and "no complete model" in r.stderr
+    assert reg.promoted().number == 2                        # a refused move moves nothing
+
+    # the move is conditional: a view of the pointer older than the last move fails
+    stale = reg.promoted()
+    move(reg, "promote", "carol", "", 3)
+    with pytest.raises((ObjectChanged, ObjectExists)):
+        reg.promote(1, stale, {"history": [1]}, move={"action": "promote", "by": "late"})
+    assert "late" not in json.dumps(reg.promoted().pointer)
+    with pytest.raises(MoveRefused, match="unknown move 'demote'"):
+        move(reg, "demote", "dave")
+
+    data = json.loads(run(env, "models", "-c", str(config), "--json").stdout)
+    log = [(m["action"], m["from"], m["to"], m["by"]) for m in data["moves"]]
+    assert log == [("promote", None, 1, "gate (training run)"),
+                   ("promote", 1, 3, "gate (training run)"), ("rollback", 3, 1, "alice"),
+                   ("pin", 1, 2, "bob"), ("promote", 2, 3, "carol")]
+    assert data["live"] == 3 and data["pinned"] is None      # promote unpins
+    rows = {m["model"]: m for m in data["models"]}
+    assert "rollback by alice" in rows[1]["moves"] and "3 misbehaves" in rows[1]["moves"]
+    assert "pin by bob" in rows[2]["moves"]
