@@ -2,11 +2,13 @@
 
     python -m shardline.bench.scale_stages <stage> <params.json> <out.json>
 
-The process sets the stage up (imports, inputs read from the work folder, nothing timed),
-takes its resident memory, runs the stage once, and writes wall and CPU seconds, its peak
-RSS (``ru_maxrss``) and the peak above the set-up baseline, the stage's own figures and the
-requests and bytes it read and wrote per kind of object (``bench.scale_store``). One
-process per stage: a stage's peak never includes another's.
+Each stage is the ingest driver's own (``tasks.driver_stages.plain``), so the bench
+measures the chain the flow and the tests run. The process sets the stage up (imports,
+inputs read from the work folder, nothing timed), takes its resident memory, runs the
+stage once, and writes wall and CPU seconds, its peak RSS (``ru_maxrss``) and the peak
+above the set-up baseline, the stage's own figures and the requests and bytes it read and
+wrote per kind of object (``bench.scale_store``). One process per stage: a stage's peak
+never includes another's.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.bench.scale_store import Counts, counting, counting_folder
-from shardline.core.config import StoreSettings, parse_config
+from shardline.core.config import SparkSettings, StoreSettings, parse_config
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore
+from shardline.tasks.driver_stages import Stages, plain
 
 Run = Callable[[], dict[str, Any]]
 
@@ -62,11 +65,18 @@ class Ctx:
         (self.work / f"{name}.pkl").write_bytes(pickle.dumps(obj))
 
 
+def _stages(c: Ctx, latest: Any = None) -> Stages:
+    """The ingest driver's plain stages (``tasks.driver_stages``): the chain the flow runs,
+    one stage per process here; ``latest`` read before the timer."""
+    spark = SparkSettings(remote=c.p["spark"]) if c.p.get("spark") else None
+    return plain(c.store, c.cfg, spark, latest=lambda: latest)  # type: ignore[arg-type]
+
+
 def detect(c: Ctx) -> Run:
-    from shardline.tasks.detect import detect as run
+    stages = _stages(c)
 
     def go() -> dict[str, Any]:
-        batch = run(c.store, c.cfg)  # type: ignore[arg-type]
+        batch = stages.detect()
         assert batch is not None, "nothing new to ingest"
         c.save("batch", batch)
         return {"sources": len(batch.sources), "bytes_in": batch.bytes}
@@ -83,15 +93,12 @@ def _latest(c: Ctx) -> Any:
 def convert(c: Ctx) -> Run:
     import pyspark.sql.connect.session  # noqa: F401 - the client's import is set-up
 
-    from shardline.core.config import SparkSettings
     from shardline.tasks.convert.spark import close_sessions
-    from shardline.tasks.convert.stage import convert as run
-    batch, latest = c.load("batch"), _latest(c)
-    spark = SparkSettings(remote=c.p["spark"])
+    batch, stages = c.load("batch"), _stages(c, _latest(c))
 
     def go() -> dict[str, Any]:
         try:
-            conv = run(c.store, c.cfg, spark, batch, c.p["run_id"], latest)  # type: ignore[arg-type]
+            conv = stages.convert(batch, c.p["run_id"])
         finally:
             close_sessions(c.p["spark"])
         c.save("conv", conv)
@@ -131,12 +138,10 @@ def dedupe(c: Ctx) -> Run:
 def validate(c: Ctx) -> Run:
     import great_expectations  # noqa: F401 - the import (~200 MB) is set-up, not the suites
 
-    from shardline.tasks.validate import validate as run
-
-    conv = c.load("conv")
+    conv, stages = c.load("conv"), _stages(c)
 
     def go() -> dict[str, Any]:
-        report = run(c.store, c.cfg, conv)  # type: ignore[arg-type]
+        report = stages.validate(conv)
         c.save("report", report)
         return {"success": report.success, "rows": conv.rows_in}
     return go
@@ -144,12 +149,11 @@ def validate(c: Ctx) -> Run:
 
 def publish(c: Ctx) -> Run:
     from shardline.core import layout
-    from shardline.tasks.publish import publish as run
 
-    conv, report = c.load("conv"), c.load("report")
+    conv, report, stages = c.load("conv"), c.load("report"), _stages(c)
 
     def go() -> dict[str, Any]:
-        pub = run(c.store, c.cfg, conv, report)  # type: ignore[arg-type]
+        pub = stages.publish(conv, report)
         info = c.plain.head(layout.version_key(c.cfg.prefix, pub.version))  # type: ignore[union-attr]
         return {"version": pub.version, "rows": pub.rows_published,
                 "new_shards": len(pub.new_shards), "doc_bytes": info.size if info else None}

@@ -33,7 +33,7 @@ takes the innocent sources of its batch with it:
 
 k poison sources among n cost about k·log2(n) extra batches, and every innocent source is
 published on the way; the ingest flow runs them in the run that saw the failure
-(``flows/ingest.py``, ``_drain``).
+(``tasks/driver.py``, ``drain``).
 
 A set-aside object comes back as soon as it is uploaded again (a new ETag is a new source),
 or when its strike documents are deleted.

@@ -51,6 +51,23 @@ class ObjectChanged(PermanentStoreError):
     """A compare-and-swap write (If-Match) found a different ETag; re-read, then retry."""
 
 
+class WorkerStoreError(StoreError):
+    """A store error raised inside a Spark task (transient, or a source that changed while
+    it was read): the run's environment failed, not its batch. Spark hands the driver only
+    the task's traceback as text; :func:`worker_store_error` types it again, at that one
+    boundary. The task's store already retried each call, so the stage is not retried
+    (not transient)."""
+
+
+def worker_store_error(exc: BaseException) -> WorkerStoreError | None:
+    """The store error a Spark task raised, as a :class:`WorkerStoreError` (None: the task
+    failed for another reason). Reads the text of Spark's exception: nothing else crosses."""
+    for line in reversed(str(exc).splitlines()):    # the exception's line ends a traceback
+        if "TransientStoreError" in line or "ObjectChanged" in line:
+            return WorkerStoreError(f"a Spark task failed on the store: {line.strip()[:500]}")
+    return None
+
+
 class ServiceUnavailable(ShardlineError):
     """A service the command needs (S3, Prefect API, Spark Connect) does not answer.
 
@@ -95,5 +112,5 @@ __all__ = [
     "ConfigError", "ObjectChanged", "ObjectExists", "PermanentStoreError", "PublishConflict",
     "SchemaChange",
     "ServiceUnavailable", "ShardlineError", "StoreError", "TransientStoreError",
-    "ValidationFailed", "is_transient",
+    "ValidationFailed", "WorkerStoreError", "is_transient", "worker_store_error",
 ]

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from shardline.core.builder import holdout_conflict
 from shardline.core.config import DatasetConfig, SparkSettings
-from shardline.core.errors import ConfigError
+from shardline.core.errors import ConfigError, worker_store_error
 from shardline.core.manifest import Manifest
 from shardline.core.schema import schema_conflict, staging_prefix
 from shardline.core.store import ObjectStore, Store
@@ -46,7 +46,13 @@ def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:
     n = len(job.groups)
     df = spark.range(0, n, 1, numPartitions=n).mapInArrow(
         functools.partial(run_partition, job), META_DDL)
-    return df.toArrow()
+    try:
+        return df.toArrow()
+    except Exception as exc:          # a task's store error reaches us only as text
+        typed = worker_store_error(exc)
+        if typed is None:
+            raise
+        raise typed from exc
 
 
 def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSettings,

@@ -8,15 +8,14 @@ import sys
 
 from shardline.core.config import SparkSettings, StoreSettings
 from shardline.core.store import ObjectStore
-from tests.integration.ingest_helpers import dataset_config
-from tests.integration.test_ingest_hostile import ingest_once
+from tests.integration.ingest_helpers import dataset_config, run_pipeline
 
 
 def main(endpoint: str, bucket: str, spark_url: str) -> None:
     store = ObjectStore(StoreSettings(bucket=bucket, endpoint_url=endpoint,
                                       access_key="testing", secret_key="testing"))
     print("go", flush=True)
-    pub = ingest_once(store, dataset_config(), SparkSettings(remote=spark_url))
+    pub = run_pipeline(store, dataset_config(), SparkSettings(remote=spark_url))
     print(json.dumps({"version": pub.version if pub else None}), flush=True)
 
 

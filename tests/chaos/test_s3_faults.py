@@ -31,8 +31,12 @@ from shardline.infra.demo_data import (
     upload_image_folder,
 )
 from tests.chaos.faults_proxy import FaultProxy
-from tests.integration.ingest_helpers import dataset_config, published_rows, quarantined_rows
-from tests.integration.test_ingest_hostile import ingest_once
+from tests.integration.ingest_helpers import (
+    dataset_config,
+    published_rows,
+    quarantined_rows,
+    run_pipeline,
+)
 
 IN = "incoming/digits/"
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
@@ -84,7 +88,7 @@ def faulty_ingest(base: StoreSettings, proxy: FaultProxy, spark, p: float,
     if lose:
         proxy.lose_reply_once(lose)
     try:
-        pub = ingest_once(faulty, cfg, spark)
+        pub = run_pipeline(faulty, cfg, spark)
     finally:
         proxy.set_rates(0.0)
     assert pub is not None
@@ -103,7 +107,7 @@ def reference(s3_server: services.Service, spark_remote: str) -> tuple[list, lis
     store.ensure_bucket()
     drop(store)
     cfg = dataset_config()
-    assert ingest_once(store, cfg, SparkSettings(remote=spark_remote)) is not None
+    assert run_pipeline(store, cfg, SparkSettings(remote=spark_remote)) is not None
     return outcome(store, cfg)
 
 

@@ -44,8 +44,7 @@ from shardline.trainer.options import RunOptions
 from shardline.trainer.run import train
 from tests.chaos.faults_proxy import FaultProxy
 from tests.chaos.invariants import Expected, VersionWatcher, check_dataset, check_models
-from tests.integration.ingest_helpers import dataset_config
-from tests.integration.test_ingest_hostile import ingest_once
+from tests.integration.ingest_helpers import dataset_config, run_pipeline
 
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 CYCLES = int(os.environ.get("SHARDLINE_SOAK_CYCLES", "9" if FULL else "1"))
@@ -153,7 +152,7 @@ class Soak:
         versions = []
         try:
             for _ in range(3):                     # until nothing new is left
-                pub = ingest_once(self.via, self.cfg, self._spark())
+                pub = run_pipeline(self.via, self.cfg, self._spark())
                 versions.append(pub.version if pub else None)
                 if pub is None:
                     break

@@ -1,4 +1,5 @@
-"""Helpers for ingest tests: run the stages without Prefect, and read back what a reader sees."""
+"""Helpers for ingest tests: run the ingest driver without Prefect, read back what a
+reader sees."""
 
 from __future__ import annotations
 
@@ -11,13 +12,12 @@ import pyarrow.ipc as ipc
 import xxhash
 
 from shardline.core.config import DatasetConfig, SparkSettings, parse_config
-from shardline.core.manifest import Manifest, latest_manifest
+from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import CLASSES
-from shardline.tasks.convert.stage import convert
-from shardline.tasks.detect import detect
-from shardline.tasks.publish import Published, publish
-from shardline.tasks.validate import require_success, validate
+from shardline.tasks.driver import Policy, run_ingest
+from shardline.tasks.driver_stages import Ingested, plain
+from shardline.tasks.publish import Published
 
 
 def dataset_config(**overrides) -> DatasetConfig:
@@ -30,16 +30,20 @@ def dataset_config(**overrides) -> DatasetConfig:
 
 
 def run_pipeline(store: ObjectStore, cfg: DatasetConfig, spark: SparkSettings,
-                 run_id: str | None = None) -> Published | None:
-    """detect -> convert -> validate -> publish, as the ingest flow wires them."""
-    batch = detect(store, cfg)
-    if batch is None:
-        return None
-    conv = convert(store, cfg, spark, batch, run_id or uuid.uuid4().hex[:12],
-                   latest_manifest(store, cfg.prefix))
-    report = validate(store, cfg, conv)
-    require_success(report, batch.id)
-    return publish(store, cfg, conv, report)
+                 run_id: str | None = None, **convert_options) -> Published | None:
+    """One batch through the ingest driver (``tasks/driver.py``) on the plain stages: what
+    the flow runs, strikes and sweep included, without Prefect. One batch (no drain), so a
+    test sees each bisection step; a lost race is retried as in the flow."""
+    done = ingest_batch(store, cfg, spark, run_id, **convert_options)
+    return done.pub if done else None
+
+
+def ingest_batch(store: ObjectStore, cfg: DatasetConfig, spark: SparkSettings,
+                 run_id: str | None = None, **convert_options) -> Ingested | None:
+    """As :func:`run_pipeline`, returning the batch, conversion and report as well."""
+    done = run_ingest(plain(store, cfg, spark, **convert_options),
+                      run_id or uuid.uuid4().hex[:12], Policy(max_batches=1))
+    return done[0] if done else None
 
 
 def read_arrow(store: ObjectStore, key: str) -> pa.Table:

@@ -1,19 +1,22 @@
 """One racing ingest in its own process (as separate flow runs are): upload ``u<k>.jsonl``,
-wait for the start file, ingest with ``until_published``; prints one JSON line."""
+wait for the start file, ingest one batch through the ingest driver (a lost race retried
+from detect); prints one JSON line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from shardline.core.config import SparkSettings, StoreSettings
 from shardline.core.store import ObjectStore
-from shardline.flows.ingest_tasks import until_published
 from shardline.infra.demo_data import digits, jsonl_bytes
+from shardline.tasks.driver import Policy, run_ingest
+from shardline.tasks.driver_stages import plain
 from tests.integration.ingest_helpers import dataset_config
-from tests.integration.test_ingest_hostile import ingest_once
 
 
 def main(endpoint: str, bucket: str, spark_url: str, k: int, rows: int, go: str) -> None:
@@ -26,12 +29,15 @@ def main(endpoint: str, bucket: str, spark_url: str, k: int, rows: int, go: str)
     while not Path(go).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     attempts = []
+    stages = plain(store, cfg, spark)
 
-    def attempt(i: int):
-        attempts.append(i)
-        return ingest_once(store, cfg, spark)
+    def detect():
+        attempts.append(len(attempts))
+        return stages.detect()
 
-    pub = until_published(attempt, backoff_s=0.5, seed=k)
+    done = run_ingest(dataclasses.replace(stages, detect=detect), uuid.uuid4().hex[:12],
+                      Policy(max_batches=1, backoff_s=0.5, seed=k))
+    pub = done[0].pub if done else None
     print(json.dumps({"k": k, "attempts": len(attempts),
                       "version": pub.version if pub else None,
                       "created": bool(pub and pub.created)}))

@@ -4,7 +4,7 @@ cannot pass is bisected down to its failing sources, which are set aside; it nev
 later clean upload (clean sources go first).
 
 Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectations, Arrow.
-``ingest_once`` wires the stages as ``flows/ingest.py`` does, strikes included.
+``run_pipeline`` is one batch through the ingest driver the flow runs, strikes included.
 """
 
 from __future__ import annotations
@@ -17,39 +17,17 @@ import pytest
 
 from shardline.core.errors import ValidationFailed
 from shardline.core.manifest import latest_manifest
-from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import csv_bytes, digits, jsonl_bytes, parquet_bytes
 from shardline.tasks import setaside
-from shardline.tasks.convert.stage import convert
 from shardline.tasks.detect import detect
-from shardline.tasks.publish import Published, publish
-from shardline.tasks.validate import require_success, validate
-from tests.integration.ingest_helpers import assert_exactly_once, dataset_config
+from shardline.tasks.driver_stages import plain
+from shardline.tasks.publish import publish
+from shardline.tasks.validate import require_success
+from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
 from tests.unit.test_containment import png_bomb
 
 IN = "incoming/digits/"
 pytestmark = pytest.mark.chaos
-
-
-def ingest_once(store: ObjectStore, cfg, spark) -> Published | None:
-    """detect -> convert -> validate -> publish with the flow's strike recording."""
-    batch = detect(store, cfg)
-    if batch is None:
-        return None
-    run_id = uuid.uuid4().hex[:12]
-    try:
-        conv = convert(store, cfg, spark, batch, run_id, latest_manifest(store, cfg.prefix))
-    except Exception as exc:
-        setaside.record_conversion_failure(store, cfg, batch, run_id, exc)
-        raise
-    report = validate(store, cfg, conv)
-    if not report.success:
-        setaside.record_validation_failure(
-            store, cfg, batch, run_id,
-            conv.iter_rows(store, columns=["source_key", "status", "rule"]),
-            report.failure_message())
-    require_success(report, batch.id)
-    return publish(store, cfg, conv, report)
 
 
 def line(rid: str, label: object, image: str) -> str:
@@ -78,7 +56,7 @@ def test_every_found_hostile_case_is_quarantined_and_the_rest_publishes(store, s
     store.put_bytes(f"{IN}header-only.csv", b"id,label,image\n")
     store.put_bytes(f"{IN}c.parquet", parquet_bytes(good[50:]))
     store.put_bytes(f"{IN}imgs/3/bomb.png", png_bomb(50_000, 50_000))
-    pub = ingest_once(store, cfg, spark)
+    pub = run_pipeline(store, cfg, spark)
     assert pub is not None and pub.created
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, [d.id for d in good], [
@@ -97,7 +75,7 @@ def test_a_batch_of_only_empty_objects_is_recorded_once(store, spark):
     store.put_bytes(f"{IN}e1.jsonl", b"")
     store.put_bytes(f"{IN}e2.csv", b"id,label,image\n")
     with pytest.raises(ValidationFailed):
-        ingest_once(store, cfg, spark)
+        run_pipeline(store, cfg, spark)
     assert detect(store, cfg) is None          # set aside at once: no later run redoes it
     aside = setaside.set_aside(store, cfg)
     assert {k for k, _ in aside} == {f"{IN}e1.jsonl", f"{IN}e2.csv"}
@@ -109,15 +87,15 @@ def test_a_poisoned_batch_is_set_aside_and_a_later_clean_upload_publishes(store,
     bad = "\n".join(line(f"b{i}", "fish", digits(0, 1)[0].b64()) for i in range(20)) + "\n"
     store.put_bytes(f"{IN}bad.jsonl", bad.encode())       # 100 % quarantined: over the gate
     with pytest.raises(ValidationFailed):
-        ingest_once(store, cfg, spark)
+        run_pipeline(store, cfg, spark)
     good = digits(0, 10)
     store.put_bytes(f"{IN}good.jsonl", jsonl_bytes(good))  # arrives after the bad drop
-    pub = ingest_once(store, cfg, spark)                   # clean sources go first, alone
+    pub = run_pipeline(store, cfg, spark)                   # clean sources go first, alone
     assert pub is not None and pub.created and pub.rows_published == 10
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, [d.id for d in good], [])
     with pytest.raises(ValidationFailed):                  # bad tried alone again: 2 strikes
-        ingest_once(store, cfg, spark)
+        run_pipeline(store, cfg, spark)
     assert set(setaside.set_aside(store, cfg)) == {(f"{IN}bad.jsonl",
                                                     store.head(f"{IN}bad.jsonl").etag)}
     assert detect(store, cfg) is None
@@ -170,10 +148,11 @@ def test_a_source_shared_by_racing_batches_is_counted_once(store, spark, raced):
         srcs = tuple(by_key[f"{IN}{n}"] for n in names)
         return Batch(batch_id(srcs), srcs, seen_version=0)    # both detected at version 0
 
+    stages = plain(store, cfg, spark)       # the driver's stages, split at publish
+
     def converted(b: Batch):
-        conv = convert(store, cfg, spark, b, uuid.uuid4().hex[:12],
-                       latest_manifest(store, cfg.prefix))
-        report = validate(store, cfg, conv)
+        conv = stages.convert(b, uuid.uuid4().hex[:12])
+        report = stages.validate(conv)
         require_success(report, b.id)
         return conv, report
 
@@ -188,7 +167,7 @@ def test_a_source_shared_by_racing_batches_is_counted_once(store, spark, raced):
     assert first.created and first.version == 1
     with pytest.raises(PublishConflict, match="shared.jsonl"):
         publish(store, cfg, *conv_b)
-    again = ingest_once(store, cfg, spark)                     # detect: b.jsonl alone
+    again = run_pipeline(store, cfg, spark)                     # detect: b.jsonl alone
     assert again is not None and again.created and again.version == 2
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, [d.id for d in good_a + good_b],

@@ -25,11 +25,10 @@ from shardline.tasks.convert.plan import plan_parts
 from shardline.tasks.convert.split import Part
 from shardline.tasks.convert.stage import Converted, convert
 from shardline.tasks.detect import detect
-from shardline.tasks.publish import publish
-from shardline.tasks.validate import require_success, validate
 from tests.integration.ingest_helpers import (
     assert_exactly_once,
     dataset_config,
+    ingest_batch,
     published_rows,
     quarantined_rows,
 )
@@ -38,16 +37,11 @@ SPLIT = {"tasks": 4, "min_task_bytes": 1}   # 4 slices of a lone object, however
 WHOLE = {"tasks": 1}
 
 
-def _ingest(store, cfg, spark, **convert_kwargs) -> Converted:
-    """detect -> convert -> validate -> publish, keeping the Converted (staged shard names)."""
-    batch = detect(store, cfg)
-    assert batch is not None
-    conv = convert(store, cfg, spark, batch, uuid.uuid4().hex[:12],
-                   latest_manifest(store, cfg.prefix), **convert_kwargs)
-    report = validate(store, cfg, conv)
-    require_success(report, batch.id)
-    publish(store, cfg, conv, report)
-    return conv
+def _ingest(store, cfg, spark, **convert_options) -> Converted:
+    """One batch through the ingest driver, keeping the Converted (staged shard names)."""
+    done = ingest_batch(store, cfg, spark, **convert_options)
+    assert done is not None
+    return done.conv
 
 
 def _slice_of(parts: tuple[Part, ...], pos: int) -> int:

@@ -16,10 +16,8 @@ from shardline.core.manifest import latest_manifest, list_versions, read_manifes
 from shardline.core.schema import staging_prefix
 from shardline.infra.demo_data import bad_jsonl_lines, csv_bytes, digits, jsonl_bytes
 from shardline.tasks import publish as publish_mod
-from shardline.tasks.convert.stage import convert
-from shardline.tasks.detect import detect
+from shardline.tasks.driver_stages import plain
 from shardline.tasks.sweep import sweep
-from shardline.tasks.validate import validate
 from tests.integration.ingest_helpers import (
     assert_exactly_once,
     dataset_config,
@@ -31,9 +29,10 @@ IN = "incoming/digits/"
 
 
 def _staged(store, cfg, spark, latest=None):
-    batch = detect(store, cfg)
-    conv = convert(store, cfg, spark, batch, uuid.uuid4().hex[:12], latest)
-    return conv, validate(store, cfg, conv)
+    """The driver's stages up to publish, converted against ``latest`` (a racer's view)."""
+    stages = plain(store, cfg, spark, latest=lambda: latest)
+    conv = stages.convert(stages.detect(), uuid.uuid4().hex[:12])
+    return conv, stages.validate(conv)
 
 
 def test_rerun_publishes_nothing_and_a_second_upload_makes_version_2(store, spark):

@@ -1,5 +1,6 @@
-"""The ingest's retry policy: a lost publish race goes back to detect with backoff; other
-errors go to the caller at once; transient store errors are retried by the stage."""
+"""The ingest driver's decisions (``tasks/driver.py``), as plain functions: a lost publish
+race goes back to detect with backoff; other errors go to the caller at once; which
+failures are the environment's is decided by the exception's type."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import pytest
 
 from shardline.core.errors import (
     ConfigError,
+    ObjectChanged,
     PermanentStoreError,
     PublishConflict,
     ServiceUnavailable,
     StoreError,
     TransientStoreError,
     ValidationFailed,
+    WorkerStoreError,
+    is_transient,
+    worker_store_error,
 )
-from shardline.flows.ingest_tasks import _environment_failure, until_published
+from shardline.tasks.driver import environment_failure, until_published
 
 
 def test_conflicts_are_retried_from_the_start_until_published():
@@ -52,12 +57,29 @@ def test_gives_up_after_the_attempts_with_the_last_conflict():
 
 @pytest.mark.parametrize("exc,env", [
     (TransientStoreError("503 SlowDown"), True), (ConnectionError("reset"), True),
-    (RuntimeError("Python worker failed: ... TransientStoreError: get s3://b/k"), True),
+    (WorkerStoreError("a Spark task failed on the store: TransientStoreError: get"), True),
+    (ObjectChanged("s3://b/k is no longer the version with ETag e1"), True),
     (PermanentStoreError("no such key"), False), (StoreError("bad manifest"), False),
     (RuntimeError("worker crashed"), False), (ValueError("x"), False),
+    # the text names a store error, the type does not: a data failure (types decide)
+    (RuntimeError("Python worker failed: ... TransientStoreError: get s3://b/k"), False),
     (ConfigError("holdout_fraction 0.2 differs from the dataset's 0.15"), True),
     (PublishConflict("lost the race"), True),
     (ServiceUnavailable("Spark Connect", "sc://127.0.0.1:1", "refused", "start it"), True),
 ])
 def test_only_environment_failures_spare_the_batch_a_strike(exc, env):
-    assert _environment_failure(exc) is env
+    assert environment_failure(exc) is env
+
+
+@pytest.mark.parametrize("text,typed", [
+    ("Traceback ...\n  File \"readers.py\", line 283\n"
+     "shardline.core.errors.TransientStoreError: get s3://b/k: endpoint timed out", True),
+    ("Python worker failed\nshardline.core.errors.ObjectChanged: s3://b/k changed", True),
+    ("Python worker exited unexpectedly (crashed)", False),
+])
+def test_a_spark_task_store_error_is_typed_once_at_the_boundary(text, typed):
+    got = worker_store_error(RuntimeError(text))
+    assert (got is not None) is typed
+    if got is not None:
+        assert environment_failure(got) and not is_transient(got)   # the calls retried
+        assert text.splitlines()[-1] in str(got)                    # the task's own line

@@ -1,10 +1,11 @@
-"""Bisection of failed batches (``tasks.setaside.next_sources``), as a pure function.
+"""Bisection of failed batches (``tasks.setaside.next_sources``) as the ingest driver runs
+it (``tasks/driver.py``), on plain in-memory stages (``driver_world``).
 
-A simulated ingest loop: each run takes ``next_sources`` of what is unclaimed and not set
-aside; a batch holding a poison source fails (a strike against all of it, as a Spark task
-crash does), any other batch is published. The invariants: every innocent source is
-published, every poison source is set aside, nothing is both, and the number of runs stays
-within the bisection bound.
+Ingest runs follow each other until one finds nothing new; in each, a batch holding a
+poison source fails in convert (a strike against all of it, as a Spark task crash does)
+and the run drains what is left; any other batch is published. The invariants: every
+innocent source is published, every poison source is set aside, nothing is both, and the
+number of batches stays within the bisection bound.
 """
 
 from __future__ import annotations
@@ -14,48 +15,26 @@ import random
 
 import pytest
 
-from shardline.tasks.batch import Source
-from shardline.tasks.detect import new_sources
 from shardline.tasks.setaside import STRIKES, Strike, Strikes, next_sources
+from tests.unit.driver_world import World, src
 
-
-def _src(i: int) -> Source:
-    return Source(f"in/obj{i:05d}.jsonl", f"etag{i}", 10, "jsonl")
+_src = src
 
 
 def _simulate(n: int, poison: set[int], *, arrivals: dict[int, list[int]] | None = None,
-              max_runs: int = 10_000) -> tuple[set[int], set[int], int, dict[int, int]]:
-    """Runs until nothing is left; returns (published, aside, runs, run of each publish)."""
-    arrivals = arrivals or {}
-    listed = [_src(i) for i in range(n)]
-    strikes = Strikes()
-    published: set[int] = set()
-    published_at: dict[int, int] = {}
-    runs = 0
-    while runs < max_runs:
-        for i in arrivals.get(runs, []):
-            listed.append(_src(i))
-        aside = strikes.aside()
-        claimed = {(_src(i).key, _src(i).etag) for i in published} | set(aside)
-        batch = new_sources(listed, claimed, strikes)
-        if batch is None:
-            if any(r > runs for r in arrivals):
-                runs += 1
-                continue
+              max_runs: int = 1000) -> tuple[set[int], set[int], int, dict[int, int]]:
+    """Runs until nothing is left; returns (published, aside, batches, batch of each
+    publish)."""
+    world = World(n, crash=poison, arrivals=arrivals or {})
+    for r in range(max_runs):
+        done, failure = world.run(f"run{r}")
+        assert failure is None or str(failure) == "executor lost"
+        if not done and failure is None and not any(b > world.batches for b in world.arrivals):
             break
-        runs += 1
-        ids = {int(s.key[-11:-6]) for s in batch.sources}
-        if ids & poison:
-            strikes.docs.append(Strike(
-                run=f"r{runs}", order=(float(runs), 0.0, f"r{runs}"), final=False,
-                suspects=frozenset((s.key, s.etag) for s in batch.sources),
-                reason=f"convert failed in run r{runs}: executor lost"))
-        else:
-            published |= ids
-            for i in ids:
-                published_at[i] = runs
-    aside_ids = {int(k[-11:-6]) for k, _ in strikes.aside()}
-    return published, aside_ids, runs, published_at
+        if not done and failure is None:
+            world.batches += 1                   # an idle run: nothing listed yet
+    assert set(world.published) & world.aside() == set()
+    return set(world.published), world.aside(), world.batches, world.published
 
 
 @pytest.mark.parametrize("n,poison", [(1, {0}), (2, {1}), (16, {5}), (1000, {999}),
