@@ -222,3 +222,29 @@ def test_s3_keys_come_from_the_block_else_the_environment(
         monkeypatch.setenv("SHARDLINE_AWS_CREDENTIALS_BLOCK", "never-saved")
         got = flow_store_settings()
     assert (got.access_key, got.secret_key) == ("env-key", "env-secret")
+
+
+def test_the_cli_deploys_lists_and_undeploys_one_dataset(
+        api: str, store_settings: StoreSettings, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shardline.cli.main import app
+
+    cfg, home = dataset_toml(tmp_path, "clids", "incoming/clids/"), tmp_path / "no-stack"
+    env = {"PREFECT_API_URL": api, "SHARDLINE_BUCKET": store_settings.bucket,
+           "SHARDLINE_S3_ENDPOINT_URL": str(store_settings.endpoint_url),
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "SHARDLINE_HOME": str(home)}
+    run = CliRunner().invoke(app, ["deploy", "-c", str(cfg)], env=env)
+    assert run.exit_code == 0 and "train/clids-on-publish" in run.output, run.output
+    run = CliRunner().invoke(app, ["status", "--home", str(home)], env=env)
+    assert run.exit_code == 1, run.output                         # no stack here, but:
+    rows = [ln.split("\t") for ln in run.output.splitlines() if ln.startswith("clids\t")]
+    assert [(r[1], r[2]) for r in rows] == [("ingest/clids-nightly", "shardline-process"),
+                                            ("ingest/clids-on-upload", "shardline-process"),
+                                            ("train/clids-on-publish", "shardline-train")]
+    assert "cron 0 2 * * * UTC" in rows[0][3] and "s3.object.created" in rows[1][3]
+    run = CliRunner().invoke(app, ["undeploy", "-c", str(cfg)], env=env)
+    assert run.exit_code == 0 and "removed ingest/clids-nightly" in run.output, run.output
+    run = CliRunner().invoke(app, ["undeploy", "-c", str(cfg)], env=env)
+    assert run.exit_code == 0 and "has no deployments" in run.output, run.output

@@ -81,6 +81,8 @@ def assert_stored(api_url: str, expected: list[ObjectCreated]) -> None:
         assert doc is not None, f"no event for {e.resource_id}"
         assert doc["event"] == "s3.object.created"
         assert doc["resource"]["prefect.resource.id"] == f"s3://{e.bucket}/{e.key}"
+        # the label the upload trigger's debounce windows are kept per (prefect.yaml for_each)
+        assert doc["resource"]["s3.bucket"] == e.bucket
         assert doc["payload"] == {"bucket": e.bucket, "key": e.key, "size": e.size,
                                   "etag": e.etag}
 
