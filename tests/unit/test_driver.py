@@ -98,3 +98,29 @@ def test_settle_failing_does_not_fail_the_run():
     stages = world.stages(settle=settle)
     done = run_ingest(stages, "r", Policy(quiet_s=5.0))
     assert len(done) == 1 and set(world.published) == {0, 1}
+
+
+def test_the_chain_is_wired_in_one_place():
+    """A stage change is one edit: the flow, the test helpers and the benchmarks reach
+    convert and publish only through the driver's stages, so no module but
+    ``tasks/driver_stages.py`` imports both (read from the source, function-level imports
+    included)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    convert = {"shardline.tasks.convert.stage", "shardline.tasks.convert.stage.convert"}
+    publish = {"shardline.tasks.publish", "shardline.tasks.publish.publish"}
+    wiring = []
+    for top in ("flows", "tasks", "bench", "infra", "trainer", "tests", "shardline/cli",
+                "shardline/api"):
+        for path in sorted((root / top).rglob("*.py")):
+            names: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names.update(f"{node.module}.{a.name}" for a in node.names)
+                elif isinstance(node, ast.Import):
+                    names.update(a.name for a in node.names)
+            if names & convert and names & publish:
+                wiring.append(str(path.relative_to(root)))
+    assert wiring == ["tasks/driver_stages.py"]
