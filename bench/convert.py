@@ -100,9 +100,8 @@ class Cells:
             timings: dict[str, float] = {}
         else:
             server = self.servers[contender]
-            conv = (cs.convert_local(server, self.cfg, self.local.root, batch, run_id)
-                    if target == "local" else
-                    cs.convert_s3(server, self.store, self.cfg, batch, run_id))
+            conv = cs.convert_on(server, self.local if target == "local" else self.store,
+                                 self.cfg, batch, run_id)
             rows, timings, out = conv.rows_ok, conv.timings, f"{self.cfg.prefix}/staging/{run_id}/"
             self.last[name] = conv
         elapsed = time.perf_counter() - t0

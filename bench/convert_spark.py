@@ -1,13 +1,10 @@
 """Shardline's conversion stage, run on Spark Connect servers (as the embedded stack runs it).
 
-- to the S3 server: ``tasks.convert.convert`` itself (plan groups, one Spark task per group
-  via ``spark.range(n).mapInArrow``, each task reads its objects through the S3 API,
-  decodes, checks and writes its shards; the driver collects the row metadata and
-  deduplicates).
-- to local disk: the same driver steps and the same task code
-  (``tasks.convert_job.convert_group``), with the task's store swapped for a
-  ``FolderStore``; this module is pickled by value so the Spark workers need no
-  ``bench`` package.
+``tasks.convert.convert`` itself (plan groups, one Spark task per group via
+``spark.range(n).mapInArrow``, each task reads its objects through its store, decodes,
+checks and writes its shards; the driver collects the row metadata and deduplicates), with
+the S3 server as the store, or a ``FolderStore`` on local disk (the job carries the store to
+the workers). This module is pickled by value so the Spark workers need no bench package.
 
 JVM start is the Connect server's launch-to-listening time; the first job is a trivial
 ``mapInArrow`` on a new client session (Python workers start there).
@@ -15,7 +12,6 @@ JVM start is the Connect server's launch-to-listening time; the first job is a t
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import time
@@ -25,15 +21,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
-from shardline.core.folder_store import FolderStore
-from shardline.core.store import ObjectStore
+from shardline.core.config import DatasetConfig, SparkSettings
+from shardline.core.store import Store
 from shardline.infra import procs, services
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
-from shardline.tasks.convert.job import META_DDL, ConvertJob, convert_group
-from shardline.tasks.convert.plan import plan_groups, plan_task_count
-from shardline.tasks.convert.stage import Converted, assemble, convert
+from shardline.tasks.convert.stage import Converted, convert
 
 log = logging.getLogger(__name__)
 
@@ -90,39 +83,8 @@ def stop_servers(servers: list[SparkServer]) -> None:
         s.service.stop(grace_s=10.0)
 
 
-def local_partition(job: ConvertJob, root: str, batches: Iterator[pa.RecordBatch]
-                    ) -> Iterator[pa.RecordBatch]:
-    """``tasks.convert_job.run_partition`` with a local folder as the store."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    attempt = ctx.attemptNumber() if ctx is not None else 0
-    store = FolderStore(root)
-    for rb in batches:
-        for task in rb.column(0).to_pylist():
-            yield convert_group(store, job.cfg, job.run_id, job.groups[task], task, attempt)
-
-
-def convert_local(server: SparkServer, cfg: DatasetConfig, root: Path, batch: Batch,
-                  run_id: str) -> Converted:
-    """The conversion stage reading and writing under ``root`` (local disk)."""
-    t0 = time.perf_counter()
-    spark = spark_sessions.get_session(server.settings)
-    tasks = plan_task_count(batch, spark_sessions.default_parallelism(spark))
-    job = ConvertJob(cfg, StoreSettings(bucket="local"), run_id,
-                     plan_groups(batch.sources, tasks))
-    t1 = time.perf_counter()
-    n = len(job.groups)
-    meta = spark.range(0, n, 1, numPartitions=n).mapInArrow(
-        functools.partial(local_partition, job, str(root)), META_DDL).toArrow()
-    t2 = time.perf_counter()
-    conv = assemble(FolderStore(root), cfg, batch, run_id, None, meta)
-    conv.timings = {"session_s": t1 - t0, "spark_job_s": t2 - t1,
-                    "dedupe_s": time.perf_counter() - t2}
-    return conv
-
-
-def convert_s3(server: SparkServer, store: ObjectStore, cfg: DatasetConfig, batch: Batch,
+def convert_on(server: SparkServer, store: Store, cfg: DatasetConfig, batch: Batch,
                run_id: str) -> Converted:
-    """``tasks.convert.convert`` unchanged, on this server."""
+    """``tasks.convert.convert`` unchanged, on this server, from and to ``store`` (the S3
+    server, or a folder on local disk that the Spark workers write to directly)."""
     return convert(store, cfg, server.settings, batch, run_id, None)

@@ -3,9 +3,9 @@
 ``Store`` lists the operations the code really uses; :class:`~shardline.core.store.ObjectStore`
 implements it over the S3 API and :class:`~shardline.core.folder_store.FolderStore` over a
 local folder (unit tests, benchmarks); :class:`~shardline.core.counting_store.CountingStore`
-wraps either and counts. Code that only moves objects takes a ``Store``; code that needs
-S3 itself (Spark executors rebuilding a client from settings, pyarrow.fs, bucket checks) takes an
-``ObjectStore``.
+wraps either and counts. Code that moves objects takes a ``Store`` (a Spark job carries it
+to its workers: the S3 store pickles as its settings); code that needs S3 itself
+(``pyarrow.fs``, bucket checks) takes an ``ObjectStore``.
 
 The semantics every implementation keeps (``tests/integration/test_store_contract.py`` checks them
 on both): keys are flat strings and ``list`` matches a string prefix in key order; ranges

@@ -34,10 +34,10 @@ from typing import Any
 import pyarrow as pa
 
 from shardline.core import layout
-from shardline.core.config import DatasetConfig, StoreSettings
+from shardline.core.config import DatasetConfig
 from shardline.core.errors import StoreError
 from shardline.core.schema import staging_prefix
-from shardline.core.store import ObjectStore, Store
+from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import read_source
 from shardline.tasks.convert.limits import excerpt
@@ -82,7 +82,7 @@ META_DDL = ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in META_SCHEMA)
 @dataclass(frozen=True)
 class ConvertJob:
     cfg: DatasetConfig
-    store: StoreSettings
+    store: Store                             # travels to the workers (S3: as its settings)
     run_id: str
     groups: tuple[tuple[Part, ...], ...]     # per task: whole sources and slices of large ones
 
@@ -94,10 +94,9 @@ def run_partition(job: ConvertJob, batches: Iterator[pa.RecordBatch]
 
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    store = ObjectStore(job.store)
     for rb in batches:
         for task in rb.column(0).to_pylist():
-            yield convert_group(store, job.cfg, job.run_id, job.groups[task], task, attempt)
+            yield convert_group(job.store, job.cfg, job.run_id, job.groups[task], task, attempt)
 
 
 def convert_group(store: Store, cfg: DatasetConfig, run_id: str,

@@ -27,7 +27,7 @@ from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.errors import ConfigError, worker_store_error
 from shardline.core.manifest import Manifest
 from shardline.core.schema import schema_conflict, staging_prefix
-from shardline.core.store import ObjectStore, Store
+from shardline.core.store import Store
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert import spark as spark_sessions
 from shardline.tasks.convert.converted import Converted
@@ -55,7 +55,7 @@ def run_spark(job: ConvertJob, spark_settings: SparkSettings) -> pa.Table:
         raise typed from exc
 
 
-def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSettings,
+def convert(store: Store, cfg: DatasetConfig, spark_settings: SparkSettings,
             batch: Batch, run_id: str, latest: Manifest | None, tasks: int | None = None,
             min_task_bytes: int = MIN_TASK_BYTES) -> Converted:
     """Convert ``batch`` into staged shards under ``staging/<run_id>/``.
@@ -73,7 +73,7 @@ def convert(store: ObjectStore, cfg: DatasetConfig, spark_settings: SparkSetting
             spark_sessions.get_session(spark_settings)), min_task_bytes)
     t_session = time.perf_counter()
     parts = plan_parts(store, batch.sources, tasks, min_task_bytes)
-    job = ConvertJob(cfg, store.settings, run_id, plan_groups(parts, tasks))
+    job = ConvertJob(cfg, store, run_id, plan_groups(parts, tasks))
     t_plan = time.perf_counter()
     meta = run_spark(job, spark_settings)
     t_spark = time.perf_counter()
