@@ -47,6 +47,14 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100.0 * x:.2f} %"
 
 
+def _metrics(ev: dict[str, Any]) -> str:
+    """The target kind's metrics, its primary one first (``trainer.objectives``)."""
+    m, primary = ev.get("metrics") or {}, ev.get("primary")
+    order = sorted(m, key=lambda k: k != primary)
+    return ", ".join(f"{k} {'n/a' if m[k] is None else f'{m[k]:.4f}'}"
+                     f"{' (primary)' if k == primary else ''}" for k in order) or "n/a"
+
+
 def run_table(r: TrainResult) -> list[dict[str, str]]:
     earlier_before = (r.eval_before or {}).get("earlier_accuracy")
     rows = [
@@ -60,6 +68,7 @@ def run_table(r: TrainResult) -> list[dict[str, str]]:
         ("loader samples/s", f"{r.loader_samples_per_s:,.0f}"),
         ("training samples/s", f"{r.train_samples_per_s:,.0f}"),
         ("data-wait share of step time", _pct(r.data_wait_share)),
+        ("held-out metrics (candidate)", _metrics(r.eval)),
         ("held-out accuracy before (promoted model)", _pct(r.accuracy_before)),
         ("held-out accuracy after (candidate)", _pct(r.eval_accuracy)),
         ("earlier versions' data: before -> after",

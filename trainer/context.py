@@ -22,7 +22,7 @@ from shardline.core.store import Store
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.device import Placement
 from shardline.trainer.dist import DistInfo
-from shardline.trainer.factory import Hooks, build_record, hooks
+from shardline.trainer.factory import Hooks, build_record, hooks, model_inputs
 from shardline.trainer.fetch import ShardFetcher
 from shardline.trainer.objectives import Objective, objective
 from shardline.trainer.options import RunOptions
@@ -74,7 +74,7 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
     check_shard_columns(manifest.shard_columns, cfg.dataset.prefix,
                         store.uri(layout.version_key(cfg.dataset.prefix, manifest.version)))
     registry = ModelRegistry(store, cfg.dataset.name, t.registry_name)
-    data = dataset_info(cfg.dataset)
+    data = model_inputs(dataset_info(cfg.dataset, manifest.stats))
     spec = build_record(t, data)
     start = resolve_start(registry, spec)
     plan = make_plan(manifest, start.since_dataset_version, t.replay_ratio,

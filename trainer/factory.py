@@ -14,6 +14,7 @@ record is only *compared* (:func:`differences`), never imported.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -88,6 +89,13 @@ def _args(train: TrainConfig) -> dict[str, Any]:
     base = {"width": train.width, "depth": train.depth} \
         if train.model in ("cnn", "resnet") else {}
     return json.loads(json.dumps({**base, **train.model_args}, sort_keys=True))
+
+
+def model_inputs(info: DatasetInfo) -> DatasetInfo:
+    """The fields a model is given: every field the loader serves (a free-text string
+    scalar, one without a vocabulary, is stored but not served)."""
+    keep = tuple(f for f in info.fields if f.dtype != "string" or f.vocabulary)
+    return dataclasses.replace(info, fields=keep)
 
 
 def info_record(info: DatasetInfo) -> dict[str, Any]:

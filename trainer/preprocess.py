@@ -53,11 +53,17 @@ def _chw(x: torch.Tensor, f: FieldInfo) -> torch.Tensor:
 def arrow_fields(table: Any, info: DatasetInfo) -> dict[str, torch.Tensor]:
     """The fields of a table of published rows as tensors (images (N, H, W, C), as stored)."""
     import numpy as np
+    import pyarrow as pa
 
     out = {}
     for f in info.fields:
         col = table.column(f.name).combine_chunks()
-        if f.kind == "image" and hasattr(col.type, "byte_width"):    # legacy fixed-size bytes
+        if pa.types.is_dictionary(col.type):          # vocabulary strings -> their indices
+            pos = {v: i for i, v in enumerate(f.vocabulary)}
+            lookup = np.array([pos.get(v, -1) for v in col.dictionary.to_pylist()], np.int64)
+            out[f.name] = torch.from_numpy(lookup[col.indices.to_numpy(zero_copy_only=False)])
+            continue
+        if f.kind == "image" and pa.types.is_fixed_size_binary(col.type):   # legacy bytes
             c, h, w = f.shape
             flat = np.frombuffer(col.buffers()[1], np.dtype(f.dtype), count=len(col) * c * h * w,
                                  offset=col.offset * c * h * w * np.dtype(f.dtype).itemsize)
@@ -66,7 +72,8 @@ def arrow_fields(table: Any, info: DatasetInfo) -> dict[str, torch.Tensor]:
             arr = col.to_numpy_ndarray()
         else:
             arr = col.to_numpy(zero_copy_only=False)
-        out[f.name] = torch.from_numpy(np.ascontiguousarray(arr))
+        arr = np.ascontiguousarray(arr)
+        out[f.name] = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
     return out
 
 

@@ -74,6 +74,8 @@ def test_train_flow_leaves_run_table_and_curve(prefect_server: None, store: Obje
                    "held-out accuracy before (promoted model)",
                    "held-out accuracy after (candidate)", "promoted", "decision"):
         assert metric in rows, metric
+    assert rows["held-out metrics (candidate)"].startswith("accuracy 0.")
+    assert "(primary), macro_f1 0." in rows["held-out metrics (candidate)"]
     assert rows["dataset version"] == "v1" and rows["promoted"] == "yes"
     png = base64.b64decode(re.search(r"data:image/png;base64,([A-Za-z0-9+/=]+)\)",
                                      curve.data).group(1))
