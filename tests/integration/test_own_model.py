@@ -138,3 +138,25 @@ def test_a_builtin_loads_back_and_reproduces_its_accuracy(
     pred = model.predict({"image": images})
     assert (pred.numpy() == table.column("label").to_numpy()).mean() == pytest.approx(
         result.eval_accuracy, abs=1e-9)
+
+
+def test_step_and_score_hooks_replace_the_builtin_loss_and_row_score(
+        store: ObjectStore, stack_env: StoreSettings, tmp_path: Path,
+        own_package: None) -> None:
+    from tinynets import hooks  # type: ignore[import-not-found]
+
+    cfg = digits_config(name="digits_hooks", epochs=2, lr=3e-3,
+                        cache_dir=str(tmp_path / "cache"))
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, step="tinynets.hooks:smoothed_step", score="tinynets.hooks:top2"))
+    publish_version(store, cfg.dataset, ORDER[:900])
+    result = train(cfg, store, options=FAST)
+    # one call per step: every sample seen went through the hook
+    assert hooks.CALLS["step"] > 0 and hooks.CALLS["step"] * cfg.train.batch_size >= \
+        result.samples_seen
+    assert hooks.CALLS["score"] > 0
+    assert result.eval["primary"] == "score" and set(result.eval["metrics"]) == {"score"}
+    assert result.eval_accuracy is not None and result.eval_accuracy > 0.8
+    assert result.curve_epochs[-1]["train_accuracy"] > 0.5       # the hook's batch score
+    meta = ModelRegistry(store, "digits_hooks", "cnn").meta(result.model_version)
+    assert meta["objective"]["score"] == "tinynets.hooks:top2"
