@@ -33,6 +33,7 @@ from shardline.core.errors import (
 )
 from shardline.core.evolution import refusal, schema_change
 from shardline.core.field_stats import merge_stats
+from shardline.core.latest import advance_hint
 from shardline.core.manifest import Manifest, code_version, now_iso
 from shardline.core.parts import (
     BatchListRef,
@@ -269,7 +270,8 @@ def write_objects(store: Store, draft: VersionDraft) -> None:
 
 
 def commit_version(store: Store, draft: VersionDraft) -> Manifest:
-    """Write the objects, then ``versions/v<N>.json`` with If-None-Match: *.
+    """Write the objects, then ``versions/v<N>.json`` with If-None-Match: *, then move the
+    latest-version hint forward (``core.latest``; best effort, after the commit).
 
     Raises:
         ObjectExists: another publisher already committed version N (re-read, rebuild on the
@@ -277,6 +279,7 @@ def commit_version(store: Store, draft: VersionDraft) -> Manifest:
     """
     write_objects(store, draft)
     store.put_bytes(draft.key, draft.body, if_none_match=True, content_type="application/json")
+    advance_hint(store, draft.prefix, draft.doc.version)
     log.info("committed %s (%d bytes, %d batch-list reference(s)%s)", draft.key,
              len(draft.body), len(draft.doc.batch_lists),
              ", new checkpoint" if any("/checkpoint-" in k for k in draft.objects) else "")

@@ -3,7 +3,11 @@
 ``prefix`` is the dataset root (``dataset.root``, e.g. ``lake/digits``). The layout:
 
     <prefix>/versions/v<NNNNNN>.json                 version documents: a version exists iff
-                                                     its document does (If-None-Match commit)
+                                                     its document does (If-None-Match commit);
+                                                     six digits at least, more from 1,000,000
+    <prefix>/versions/latest.json                    a hint: the latest version some publisher
+                                                     saw committed (compare-and-swap; readers
+                                                     probe forward from it, never trust it)
     <prefix>/manifests/batch=<id>-<run>.json         a batch's shard list, written once before
                                                      the commit that references it
     <prefix>/manifests/checkpoint-v<NNNNNN>-<run>.json  every live batch-list reference up to
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import re
 
-_VERSION_RE = re.compile(r"/versions/v(\d{6})\.json$")
+_VERSION_RE = re.compile(r"/versions/v(\d{6,})\.json$")
 
 # Folders of objects that version documents reference; the sweep removes old objects there
 # that the latest version does not reference. (``manifests/`` is not swept yet: older
@@ -43,13 +47,26 @@ def versions_prefix(prefix: str) -> str:
 
 
 def version_key(prefix: str, version: int) -> str:
+    """Zero-padded to six digits, so older keys keep their names; from 1,000,000 on the key
+    simply has more digits (no ceiling). Keys do not sort numerically past that point:
+    readers find versions by number (``core.latest``), never by listing order."""
+    if version < 1:
+        raise ValueError(f"version numbers start at 1, got {version}")
     return f"{prefix}/versions/v{version:06d}.json"
 
 
 def version_of_key(key: str) -> int | None:
-    """The version number a ``versions/`` key names, or None for any other key."""
+    """The version number a ``versions/`` key names, or None for any other key (including
+    a non-canonical spelling such as ``v0000001.json``, which no writer produces)."""
     m = _VERSION_RE.search(key)
-    return int(m.group(1)) if m else None
+    if m is None or (len(m.group(1)) > 6 and m.group(1).startswith("0")):
+        return None
+    return int(m.group(1))
+
+
+def latest_pointer_key(prefix: str) -> str:
+    """The latest-version hint (``core.latest``); not a version document."""
+    return f"{prefix}/versions/latest.json"
 
 
 # -- manifest objects (format 2) ---------------------------------------------------------

@@ -2,7 +2,8 @@
 over format-1/2/3 documents, in ``shardline.core.manifest_view``; importable from here).
 
 A version exists if and only if ``versions/vNNNNNN.json`` exists (committed last, with
-``If-None-Match: *``; see ``shardline.core.builder``). ``read_manifest`` reads that document
+``If-None-Match: *``; see ``shardline.core.builder``); the latest is found from a hint and a
+probe (``shardline.core.latest``), not a listing. ``read_manifest`` reads that document
 only; the ``Manifest`` reads what it references when first used.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.format1 import commit_manifest
+from shardline.core.latest import broken, latest_version, list_versions
 from shardline.core.manifest_view import Manifest
 from shardline.core.parts import (
     BatchEntry,
@@ -25,38 +27,50 @@ from shardline.core.store import Store
 from shardline.core.version_doc import decode
 
 
-def list_versions(store: Store, prefix: str) -> list[int]:
-    """Committed version numbers, ascending (S3 listing is strongly consistent)."""
-    found = (layout.version_of_key(o.key) for o in store.list(layout.versions_prefix(prefix)))
-    return sorted(v for v in found if v is not None)
-
-
 def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
-    """Version ``version``: its document now, what it references when first used."""
+    """Version ``version``: its document now, what it references when first used.
+
+    Raises:
+        VersionChainBroken: the document is missing although a later version exists.
+        StoreError: the version does not exist (or cannot be read).
+    """
     key = layout.version_key(prefix, version)
-    return Manifest(decode(store.get_bytes(key), store.uri(key)), store.get_bytes, key)
+    try:
+        data = store.get_bytes(key)
+    except StoreError:
+        if store.head(key) is not None:
+            raise
+        raise _missing(store, prefix, version) from None
+    return Manifest(decode(data, store.uri(key)), store.get_bytes, key)
+
+
+def _missing(store: Store, prefix: str, version: int) -> StoreError:
+    """Why version ``version`` has no document: it was never made, or the chain is broken."""
+    latest = latest_version(store, prefix)
+    if latest is not None and 1 <= version < latest:
+        return broken(store, prefix, version, f"version {latest} exists")
+    if latest is not None and version == latest:     # the hint names it
+        return broken(store, prefix, version, "the latest-version hint names it")
+    if latest is None:
+        return StoreError(f"no dataset versions under s3://{store.bucket}/{prefix}/versions/; "
+                          "run `shardline ingest` first")
+    return StoreError(f"dataset version {version} does not exist under s3://{store.bucket}/"
+                      f"{prefix}/; the latest is {latest}")
 
 
 def latest_manifest(store: Store, prefix: str) -> Manifest | None:
-    versions = list_versions(store, prefix)
-    return read_manifest(store, prefix, versions[-1]) if versions else None
+    """The latest version (``core.latest``: a hint and a probe, no listing), or None."""
+    latest = latest_version(store, prefix)
+    return None if latest is None else read_manifest(store, prefix, latest)
 
 
 def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
     """``version`` or the latest; raises naming the dataset prefix when there is none."""
-    versions = list_versions(store, prefix)
-    if not versions:
-        raise StoreError(
-            f"no dataset versions under s3://{store.bucket}/{prefix}/versions/; run "
-            "`shardline ingest` first"
-        )
     if version is None:
-        version = versions[-1]
-    elif version not in versions:
-        raise StoreError(
-            f"dataset version {version} does not exist under s3://{store.bucket}/{prefix}/; "
-            f"known versions: {versions}"
-        )
+        m = latest_manifest(store, prefix)
+        if m is None:
+            raise _missing(store, prefix, 1)
+        return m
     return read_manifest(store, prefix, version)
 
 

@@ -139,6 +139,8 @@ def as_format2(store: ObjectStore, prefix: str) -> None:
             store.put_bytes(o.key, body)
             ck[o.key] = digest(body)
     for o in list(store.list(layout.versions_prefix(prefix))):
+        if layout.version_of_key(o.key) is None:         # the latest-version hint
+            continue
         d = json.loads(store.get_bytes(o.key))
         repoint(d["batch_lists"])
         if d.get("checkpoint"):
