@@ -158,12 +158,11 @@ def findings(result: dict[str, Any]) -> list[str]:
                    "the bytes read).")
     if "read" in cl:
         pv = cl["read"]["per_version"]
-        out.append(f"- **Every publish and reader pays O(batches) in references**: "
-                   f"`list_versions` lists every version key ({pv['list_entries']:.0f} entry a "
-                   f"version, one LIST request per 1,000) and the checkpoint holds every batch "
-                   f"reference (~{pv['bytes']:.0f} B a version, read by every publish, reader "
-                   "and plan). Small at 200 versions; a two-level checkpoint and a pointer to "
-                   "the latest version would make both O(1).")
+        out.append(f"- **Publish and reader find the latest without listing**: a hint and a "
+                   f"probe ({pv['list_entries']:.0f} listing entries a version); the "
+                   f"checkpoint still holds every batch reference (~{pv['bytes']:.0f} B a "
+                   "version, read by every publish, reader and plan): a two-level checkpoint "
+                   "would make it O(1).")
     if "detect" in cl:
         out.append("- **Detect lists what was ever uploaded and claimed**: every key under the "
                    "incoming prefix and every claim key (listing entries grow by "

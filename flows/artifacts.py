@@ -44,8 +44,8 @@ def versions_rows(manifests: list[Manifest]) -> list[dict[str, Any]]:
             "batch": m.new_batch.id if m.new_batch else "",
             "new rows": m.new_rows, "new shards": m.new_shard_count, "total rows": m.rows,
             "total shards": m.totals.shards, "size": human_bytes(m.bytes),
-            "quarantined": m.quarantine.get("rows", 0),
-            "validation": "passed" if m.validation.get("success") else "failed",
+            "quarantined": m.quarantine.rows,
+            "validation": "passed" if m.validation.success else "failed",
         })
     return rows
 

@@ -71,7 +71,6 @@ class Group:
 class CompactionPlan:
     dataset: str
     version: int                    # the version the plan was made on (the parent)
-    format: int                     # that version's manifest format
     min_bytes: int
     target_bytes: int
     shards_before: int
@@ -99,7 +98,7 @@ class CompactionPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "planned_on_version": self.version,
-                "format": self.format, "min_mb": self.min_bytes / MiB,
+                "min_mb": self.min_bytes / MiB,
                 "target_mb": self.target_bytes / MiB, "shards_before": self.shards_before,
                 "shards_after": self.shards_after, "shards_in": self.shards_in,
                 "shards_out": self.shards_out, "rows_rewritten": self.rows,
@@ -149,5 +148,5 @@ def plan(m: Manifest, *, min_bytes: int, target_bytes: int, max_rows: int) -> Co
         bins = split_bins(small, target_bytes, max_rows)
         if len(bins) < len(small):
             groups.append(Group(batch, key, bins))
-    return CompactionPlan(m.dataset, m.version, m.format, min_bytes, target_bytes,
+    return CompactionPlan(m.dataset, m.version, min_bytes, target_bytes,
                           len(shards), groups)

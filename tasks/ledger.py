@@ -32,7 +32,7 @@ import pyarrow.ipc as ipc
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists
-from shardline.core.manifest import BatchEntry, latest_manifest, read_manifest
+from shardline.core.manifest import BatchEntry, latest_manifest
 from shardline.core.store import Store
 from shardline.tasks import id_index
 from shardline.tasks.batch import Batch
@@ -74,13 +74,12 @@ def claimed_as_of(store: Store, cfg: DatasetConfig) -> tuple[set[tuple[str, str]
         _write_checkpoint(store, cfg, claims, checkpoints)
     claimed = {ks for sources in claims.values() for ks in sources}
     latest = latest_manifest(store, cfg.prefix)
-    if latest is not None:
-        for b in latest.batches:
-            if b.id not in claims:   # published, but its ledger write was lost
-                log.warning("batch %s (v%d) has no ledger entry; reading its manifest",
-                            b.id, b.version)
-                m = read_manifest(store, cfg.prefix, b.version)
-                claimed.update((s.key, s.etag) for s in m.sources)
+    if latest is not None:   # batches published whose ledger write was lost
+        lost = [r for r in latest.batch_lists if r.batch not in claims]
+        for r, bl in zip(lost, latest.read_lists(lost), strict=True):
+            log.warning("batch %s (v%d) has no ledger entry; reading its batch list",
+                        r.batch, r.version)
+            claimed.update((s.key, s.etag) for s in bl.sources)
     return claimed, latest.version if latest is not None else 0
 
 

@@ -34,6 +34,7 @@ from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.replace import is_compaction
 from shardline.core.store import Store
+from shardline.core.version_doc import UnsupportedFormat
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,9 @@ def _scan_due(store: Store, cfg: DatasetConfig, cutoff: datetime) -> bool:
 def _named(m: Manifest) -> set[str]:
     """Every shard, quarantine shard, id file and batch list version ``m`` names."""
     live = {s.path for s in m.shards}
-    live.update(s.path for s in m.quarantine.get("shards", []))
+    live.update(s.path for s in m.quarantine.shards)
     live.update(b.ids_path for b in m.batches)
-    if m.format != 1:
-        live.update(r.key for r in m.batch_lists)
+    live.update(r.key for r in m.batch_lists)
     return live
 
 
@@ -114,7 +114,10 @@ def _replaced_recently(store: Store, cfg: DatasetConfig, cutoff: datetime) -> se
                           if o.last_modified >= cutoff) if v is not None]
     keep: set[str] = set()
     for v in recent:
-        m = read_manifest(store, cfg.prefix, v)
-        if is_compaction(m) and m.parent is not None:
-            keep |= _named(read_manifest(store, cfg.prefix, m.parent))
+        try:
+            m = read_manifest(store, cfg.prefix, v)
+            if is_compaction(m) and m.parent is not None:
+                keep |= _named(read_manifest(store, cfg.prefix, m.parent))
+        except UnsupportedFormat:
+            continue        # history before `shardline migrate`: not read any more
     return keep

@@ -159,9 +159,9 @@ class TrainPlan:
 
 def shard_versions(manifest: Manifest) -> np.ndarray:
     """The dataset version that added each shard of ``manifest.shard_columns`` (same order),
-    from the batch table (format 2/3: the batch-list references; format 1: the cumulative
-    batch list). A shard whose batch is not listed (hand-made format-1 manifests) counts as
-    this version's when it is among its new shards, else as the version before."""
+    from the batch table (the batch-list references). A shard whose batch is not listed
+    (a hand-made manifest) counts as this version's when it is among its new shards, else
+    as the version before."""
     by_batch = {b.id: b.version for b in manifest.batches}
     cols = manifest.shard_columns
     ids, codes = cols.batch_codes()

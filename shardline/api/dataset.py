@@ -253,7 +253,7 @@ def open_dataset(dataset: DatasetRef, version: int | None = None, *,
 
     Raises:
         ConfigError: no bucket is configured anywhere.
-        StoreError: no such version (the message lists the known ones), S3 unreachable.
+        StoreError: no such version (the message names the latest), S3 unreachable.
     """
     cfg, prefix = dataset_ref(dataset)
     if cfg is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, read_manifest
 from shardline.core.store import Store
+from shardline.core.version_doc import UnsupportedFormat
 
 
 def version_row(m: Manifest) -> dict[str, Any]:
@@ -18,18 +19,28 @@ def version_row(m: Manifest) -> dict[str, Any]:
         "version": m.version, "created": m.created_at, "batch": batch.id if batch else None,
         "new_rows": m.new_rows, "rows": m.rows, "shards": m.totals.shards, "bytes": m.bytes,
         "quarantined": m.quarantine.rows,
-        "validation": "passed" if validation.get("success") else "failed",
+        "validation": "passed" if validation.success else "failed",
     }
 
 
+def _row(store: Store, prefix: str, version: int) -> dict[str, Any]:
+    try:
+        return version_row(read_manifest(store, prefix, version))
+    except UnsupportedFormat as exc:       # history before `shardline migrate`
+        return {"version": version, "created": None, "batch": None, "new_rows": None,
+                "rows": None, "shards": None, "bytes": None, "quarantined": None,
+                "validation": f"format {exc.found}: not read"}
+
+
 def version_rows(store: Store, prefix: str) -> list[dict[str, Any]]:
-    """One row per committed version under ``prefix``, latest first."""
+    """One row per committed version under ``prefix``, latest first (versions in an older
+    manifest format: their number and format only)."""
     numbers = list_versions(store, prefix)
     if not numbers:
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(numbers))) as pool:
-        manifests = list(pool.map(lambda v: read_manifest(store, prefix, v), numbers))
-    return [version_row(m) for m in sorted(manifests, key=lambda m: -m.version)]
+        rows = list(pool.map(lambda v: _row(store, prefix, v), numbers))
+    return sorted(rows, key=lambda r: -r["version"])
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Building and committing a version: the one place a version document is assembled.
 
 ``build_version`` turns the parent version and one new batch into a ``VersionDraft``: the
-format-2 document plus the objects it references that must exist before the commit (the
+document plus the objects it references that must exist before the commit (the
 batch list, the schema and config objects, and a checkpoint when one is due).
 ``commit_version`` writes those objects, then the document with ``If-None-Match: *``: the
 version exists from that moment, and only then. Ingest, tests and benchmarks all build
@@ -10,8 +10,7 @@ versions here, so they all produce the shape readers are tested on.
 What a commit costs: the batch list is the new batch's size; the document holds at most
 ``checkpoint_every`` batch-list references. When the parent's reference list is that long,
 the publisher also writes a checkpoint of every live reference (O(batches) bytes, once per
-``checkpoint_every`` versions) and the document starts over with one reference. A format-1
-parent is migrated the same way: a batch list per old batch and a checkpoint, once.
+``checkpoint_every`` versions) and the document starts over with one reference.
 """
 
 from __future__ import annotations
@@ -127,8 +126,8 @@ class VersionDraft:
         return Manifest(self.doc.to_dict(), read, self.key)
 
 
-def _object(objects: dict[str, bytes], key_for: Callable[[str], str], data: dict[str, Any]
-            ) -> ObjectRef:
+def add_object(objects: dict[str, bytes], key_for: Callable[[str], str], data: dict[str, Any]
+               ) -> ObjectRef:
     """Add a content-addressed object (schema, config) to ``objects``."""
     body = encode(data)
     sha = digest(body)
@@ -137,8 +136,9 @@ def _object(objects: dict[str, bytes], key_for: Callable[[str], str], data: dict
     return ObjectRef(key=key, sha256=sha)
 
 
-def _batch_list(prefix: str, objects: dict[str, bytes], version: int,
-                bl: BatchList) -> BatchListRef:
+def batch_list_ref(prefix: str, objects: dict[str, bytes], version: int,
+                   bl: BatchList) -> BatchListRef:
+    """Add ``bl`` (a batch first published in ``version``) to ``objects``; its reference."""
     body = bl.to_arrow()
     key = layout.batch_list_key(prefix, bl.batch, bl.run)
     objects[key] = body
@@ -148,19 +148,14 @@ def _batch_list(prefix: str, objects: dict[str, bytes], version: int,
                         sources=len(bl.sources))
 
 
-def _migrate_v1(prefix: str, parent: Manifest, run: str, objects: dict[str, bytes]
-                ) -> list[BatchListRef]:
-    """Batch lists for every batch of a format-1 parent (its shards grouped by batch)."""
-    refs = []
-    q = parent.quarantine.shards
-    for b in parent.batches:
-        bl = BatchList(dataset=parent.dataset, batch=b.id, run=run, rows=b.rows,
-                       quarantined=b.quarantined, ids_path=b.ids_path,
-                       shards=[s for s in parent.shards if s.batch == b.id],
-                       quarantine_shards=[s for s in q if s.batch == b.id])
-        ref = _batch_list(prefix, objects, b.version, bl)
-        refs.append(dataclasses.replace(ref, sources=b.sources))
-    return refs
+def write_checkpoint(prefix: str, objects: dict[str, bytes], ck: Checkpoint, run: str
+                     ) -> CheckpointRef:
+    """Add checkpoint ``ck`` (written by ``run``) to ``objects``; its reference."""
+    body = encode(ck.to_dict())
+    key = layout.checkpoint_key(prefix, ck.version, run)
+    objects[key] = body
+    return CheckpointRef(key=key, sha256=digest(body), version=ck.version,
+                         batches=len(ck.batch_lists))
 
 
 def holdout_conflict(dataset: str, parent: Manifest | None, fraction: float | None
@@ -212,13 +207,13 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
             raise SchemaChange(refusal(dataset, parent.version, change))
     version = 1 if parent is None else parent.version + 1
     objects: dict[str, bytes] = {}
-    schema_ref = _object(objects, lambda d: layout.schema_key(prefix, d), to_dict(schema))
-    config_ref = _object(objects, lambda d: layout.config_key(prefix, d), config)
+    schema_ref = add_object(objects, lambda d: layout.schema_key(prefix, d), to_dict(schema))
+    config_ref = add_object(objects, lambda d: layout.config_key(prefix, d), config)
     new = BatchList(dataset=dataset, batch=batch.id, run=batch.run, rows=batch.rows,
                     quarantined=batch.quarantined, ids_path=batch.ids_path,
                     shards=batch.shards, quarantine_shards=batch.quarantine_shards,
                     sources=batch.sources)
-    new_ref = _batch_list(prefix, objects, version, new)
+    new_ref = batch_list_ref(prefix, objects, version, new)
     if batch.stats:
         new_ref = dataclasses.replace(new_ref, stats=batch.stats)
     stats = merge_stats(parent.stats if parent is not None else None, batch.stats) \
@@ -226,23 +221,12 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
 
     checkpoint: CheckpointRef | None = None
     before: list[BatchListRef] = []          # refs the document itself carries, before ours
-    if parent is not None:
-        if parent.format == 1:
-            full: list[BatchListRef] | None = _migrate_v1(prefix, parent, batch.run, objects)
-        elif parent.doc is not None and len(parent.doc.batch_lists) >= checkpoint_every:
-            full = parent.batch_lists
-        else:
-            full = None
-            checkpoint = parent.doc.checkpoint if parent.doc else None
-            before = parent.doc.batch_lists if parent.doc else []
-        if full is not None:
-            ck = Checkpoint(dataset=dataset, version=parent.version, batch_lists=full,
-                            totals=parent.totals)
-            body = encode(ck.to_dict())
-            key = layout.checkpoint_key(prefix, parent.version, batch.run)
-            objects[key] = body
-            checkpoint = CheckpointRef(key=key, sha256=digest(body), version=parent.version,
-                                       batches=len(full))
+    if parent is not None and len(parent.doc.batch_lists) >= checkpoint_every:
+        checkpoint = write_checkpoint(prefix, objects, Checkpoint(
+            dataset=dataset, version=parent.version, batch_lists=parent.batch_lists,
+            totals=parent.totals), batch.run)
+    elif parent is not None:
+        checkpoint, before = parent.doc.checkpoint, parent.doc.batch_lists
     totals = (parent.totals if parent else Totals()).plus(new_ref)
     doc = VersionDoc(
         dataset=dataset, version=version, parent=None if parent is None else parent.version,

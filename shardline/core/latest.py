@@ -1,21 +1,12 @@
 """The latest version of a dataset, found without listing ``versions/``.
 
-The truth is the chain of version documents ``versions/v<N>.json``: each is committed with
-``If-None-Match: *`` on the number after its parent, so the committed numbers are 1..L
-with no hole. ``versions/latest.json`` is a *hint*: the highest number some publisher saw
-committed, moved forward by compare-and-swap (``If-Match`` on its ETag) after each commit.
-It can lag (a publisher killed between its commit and the hint, or outrun by a racer) but
-never leads, since it is written only after a commit. So a reader:
-
-1. reads the hint P (one GET; no hint: one listing of ``versions/``, the datasets written
-   before the hint existed);
-2. probes forward: HEAD v<P+1>, v<P+2>, ... until one is missing (normally the first);
-3. checks one number further: a document after the first missing one means the chain has a
-   hole (a document was deleted), and the answer would be wrong, so it says so.
-
-A publish therefore costs the same few requests at 1 or 1,000,000 versions, and a wrong
-hint can only cost a lost race (the commit's If-None-Match stays the arbiter), never a
-version committed on a stale parent.
+Each version document is committed with ``If-None-Match: *`` on the number after its parent,
+so the committed numbers are 1..L with no hole. ``versions/latest.json`` is a hint: moved
+forward by compare-and-swap after each commit, it may lag (a killed or outrun publisher) but
+never leads. A reader takes the hint P (no hint: one listing, datasets older than it), HEADs
+P+1, P+2, ... until one is missing, and one number further: a document after a missing one
+means a hole (a deleted document), refused in one line. A stale hint costs a probe or a lost
+race, never a commit on a stale parent: the If-None-Match commit decides.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def latest_pointer_key(prefix: str) -> str:
     return f"{prefix}/versions/latest.json"
 
 
-# -- manifest objects (format 2) ---------------------------------------------------------
+# -- manifest objects ------------------------------------------------------------------
 def manifests_prefix(prefix: str) -> str:
     return f"{prefix}/manifests/"
 
@@ -79,7 +79,7 @@ def batch_lists_prefix(prefix: str) -> str:
 
 
 def batch_list_key(prefix: str, batch_id: str, run_id: str) -> str:
-    """A format-3 batch list (Arrow IPC); format 2 wrote ``.json`` under the same name."""
+    """A batch list (Arrow IPC; format 2 wrote ``.json``, read by ``shardline migrate``)."""
     return f"{prefix}/manifests/batch={batch_id}-{run_id}.arrow"
 
 
@@ -104,10 +104,6 @@ def deployed_config_key(prefix: str) -> str:
 
 
 # -- published data ----------------------------------------------------------------------
-def shards_prefix(prefix: str) -> str:
-    return f"{prefix}/shards/"
-
-
 def _split_part(split: str | None) -> str:
     """Held-out shards live under ``split=holdout/``; train and older mixed shards do not."""
     return "split=holdout/" if split == "holdout" else ""
@@ -123,16 +119,8 @@ def shard_key(prefix: str, batch_id: str, label: int | None, part: int, run_id: 
             f"part-{part:05d}-{run_id}.arrow")
 
 
-def quarantine_prefix(prefix: str) -> str:
-    return f"{prefix}/quarantine/"
-
-
 def quarantine_key(prefix: str, batch_id: str, part: int, run_id: str) -> str:
     return f"{prefix}/quarantine/batch={batch_id}/part-{part:05d}-{run_id}.arrow"
-
-
-def ids_prefix(prefix: str) -> str:
-    return f"{prefix}/ids/"
 
 
 def ids_key(prefix: str, batch_id: str, run_id: str) -> str:
@@ -185,10 +173,6 @@ def staged_rewrite_key(staged_key: str) -> str:
 def staged_duplicates_key(prefix: str, run_id: str) -> str:
     """The quarantine shard of the rows the driver's duplicate check removed."""
     return f"{prefix}/staging/{run_id}/quarantine/duplicates.arrow"
-
-
-def reports_prefix(prefix: str) -> str:
-    return f"{prefix}/reports/"
 
 
 def report_key(prefix: str, run_id: str) -> str:

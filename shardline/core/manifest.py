@@ -1,5 +1,5 @@
 """Dataset versions in a store: which exist, and reading one as a ``Manifest`` (the view
-over format-1/2/3 documents, in ``shardline.core.manifest_view``; importable from here).
+of a format-3 document, in ``shardline.core.manifest_view``; importable from here).
 
 A version exists if and only if ``versions/vNNNNNN.json`` exists (committed last, with
 ``If-None-Match: *``; see ``shardline.core.builder``); the latest is found from a hint and a
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
-from shardline.core.format1 import commit_manifest
 from shardline.core.latest import broken, latest_version, list_versions
 from shardline.core.manifest_view import Manifest
 from shardline.core.parts import (
@@ -47,10 +46,9 @@ def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
 def _missing(store: Store, prefix: str, version: int) -> StoreError:
     """Why version ``version`` has no document: it was never made, or the chain is broken."""
     latest = latest_version(store, prefix)
-    if latest is not None and 1 <= version < latest:
-        return broken(store, prefix, version, f"version {latest} exists")
-    if latest is not None and version == latest:     # the hint names it
-        return broken(store, prefix, version, "the latest-version hint names it")
+    if latest is not None and 1 <= version <= latest:   # == latest: the hint names it
+        return broken(store, prefix, version, f"version {latest} exists" if version < latest
+                      else "the latest-version hint names it")
     if latest is None:
         return StoreError(f"no dataset versions under s3://{store.bucket}/{prefix}/versions/; "
                           "run `shardline ingest` first")
@@ -66,16 +64,15 @@ def latest_manifest(store: Store, prefix: str) -> Manifest | None:
 
 def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
     """``version`` or the latest; raises naming the dataset prefix when there is none."""
-    if version is None:
-        m = latest_manifest(store, prefix)
-        if m is None:
-            raise _missing(store, prefix, 1)
-        return m
-    return read_manifest(store, prefix, version)
+    m = latest_manifest(store, prefix) if version is None else \
+        read_manifest(store, prefix, version)
+    if m is None:
+        raise _missing(store, prefix, 1)
+    return m
 
 
 __all__ = [
     "BatchEntry", "Manifest", "ObjectExists", "QuarantineView", "SchemaInfo", "ShardEntry",
-    "SourceEntry", "code_version", "commit_manifest", "content_digests", "latest_manifest",
+    "SourceEntry", "code_version", "content_digests", "latest_manifest",
     "list_versions", "now_iso", "read_manifest", "resolve_version",
 ]

@@ -4,10 +4,6 @@ Every part is a frozen dataclass with ``to_dict`` / ``from_dict``. Reading is st
 what a part needs (a missing field is an error that names the object and the field) and
 lenient about fields it does not know, so a newer writer can add optional fields without a
 format bump. Incompatible changes bump the document ``format`` instead.
-
-``DictAccess`` lets code written against the format-1 manifest (where schema, validation and
-quarantine were plain dicts) keep reading ``part["field"]`` / ``part.get("field")`` while it
-moves to attributes.
 """
 
 from __future__ import annotations
@@ -64,19 +60,6 @@ class Part:
         return from_dict(cls, d, cls.WHERE if where is None else where)
 
 
-class DictAccess:
-    """Read a dataclass part like the dict it replaced: ``part["x"]``, ``part.get("x")``."""
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            raise KeyError(name) from None
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return getattr(self, name, default)
-
-
 @dataclass(frozen=True)
 class ShardEntry(Part):
     """One immutable Arrow IPC file."""
@@ -130,7 +113,7 @@ class BatchEntry(Part):
 
 
 @dataclass(frozen=True)
-class SchemaInfo(Part, DictAccess):
+class SchemaInfo(Part):
     """The dataset's row schema: fingerprint, readable fields, image shape, class names and
     the Arrow schema as base64 IPC (empty when the writer did not record it)."""
 
@@ -144,7 +127,7 @@ class SchemaInfo(Part, DictAccess):
 
 
 @dataclass(frozen=True)
-class ValidationSummary(Part, DictAccess):
+class ValidationSummary(Part):
     """What validation concluded for the version's batch (the full report is at ``report``)."""
 
     success: bool
@@ -158,7 +141,7 @@ class ValidationSummary(Part, DictAccess):
 
 
 @dataclass(frozen=True)
-class QuarantineSummary(Part, DictAccess):
+class QuarantineSummary(Part):
     """Quarantined rows of the version's batch (``rows``, ``by_rule``) and of the dataset up
     to this version (``total_rows``)."""
 
@@ -170,7 +153,7 @@ class QuarantineSummary(Part, DictAccess):
 
 
 @dataclass(frozen=True)
-class Totals(Part, DictAccess):
+class Totals(Part):
     """The live dataset at a version: rows, data shards, their bytes, batches, quarantine."""
 
     rows: int = 0
@@ -187,7 +170,7 @@ class Totals(Part, DictAccess):
 
 
 @dataclass(frozen=True)
-class ObjectRef(Part, DictAccess):
+class ObjectRef(Part):
     """A referenced immutable object: its key and the sha256 of its bytes."""
 
     key: str
@@ -235,7 +218,7 @@ class CheckpointRef(Part):
     WHERE = "checkpoint reference"
 
 
-class QuarantineView(DictAccess):
+class QuarantineView:
     """A version's quarantine: counts from the document, shard entries read on first use."""
 
     def __init__(self, summary: QuarantineSummary, shards: Callable[[], list[ShardEntry]]):

@@ -1,7 +1,8 @@
 """The other way to build a version: swap shards of live batches, adding no batch.
 
 ``core.builder.build_version`` adds exactly one new batch; a compaction (``tasks.compact``)
-adds none and replaces the shard lists of old batches, so its document is assembled here,
+and a migration (``tasks.migrate``) add none and replace the lists of old batches, so their
+documents are assembled here (``replacement``),
 beside the builder and from the same parts (``BatchList``, ``Checkpoint``, ``VersionDoc``,
 ``core.layout``), and committed by ``core.builder.commit_version`` like every other version
 (objects first, then ``versions/v<N>.json`` with If-None-Match). These two functions are the
@@ -22,30 +23,24 @@ What the compaction version says, so that nothing downstream mistakes it for new
   equal the parent's rows, batches and quarantined counts;
 - ``validation`` records the compaction (suite ``compaction``, rows rewritten, shards in
   and out); ``quarantine`` adds nothing.
-
-A format-1 parent (one cumulative document) gets a batch list for every batch, as the
-builder migrates one on the next ingest: compaction fixes an old dataset in place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from shardline.core import layout
-from shardline.core.builder import VersionDraft
+from shardline.core.builder import VersionDraft, batch_list_ref, write_checkpoint
 from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest, code_version, now_iso
 from shardline.core.parts import (
     BatchListRef,
-    CheckpointRef,
-    ObjectRef,
     QuarantineSummary,
     ShardEntry,
     Totals,
     ValidationSummary,
-    to_dict,
 )
-from shardline.core.version_doc import BatchList, Checkpoint, VersionDoc, digest, encode
+from shardline.core.version_doc import Checkpoint, VersionDoc
 
 SUITE = "compaction"
 
@@ -73,97 +68,67 @@ class Rewrite:
         return out
 
 
-def _content_ref(objects: dict[str, bytes], key: str, body: bytes) -> ObjectRef:
-    objects[key] = body
-    return ObjectRef(key=key, sha256=digest(body))
+def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
+                objects: dict[str, bytes], run: str, validation: ValidationSummary
+                ) -> VersionDraft:
+    """The version after ``parent`` whose live batches are ``refs``, all in a new checkpoint
+    (written by ``run``), adding no batch. ``objects``: the new batch lists already in it.
 
-
-def _shared_refs(prefix: str, parent: Manifest, objects: dict[str, bytes]
-                 ) -> tuple[ObjectRef, ObjectRef | None]:
-    """The parent's schema and config references (format 1: written content-addressed)."""
-    if parent.doc is not None:
-        return parent.doc.schema, parent.doc.config
-    schema = encode(to_dict(parent.schema))
-    config = encode(parent.config)
-    return (_content_ref(objects, layout.schema_key(prefix, digest(schema)[:32]), schema),
-            _content_ref(objects, layout.config_key(prefix, digest(config)[:32]), config))
-
-
-def _old_lists(parent: Manifest, run: str) -> list[tuple[BatchListRef | None, BatchList]]:
-    """Every live batch of ``parent`` with its reference (None: format 1) and its list."""
-    if parent.doc is not None:
-        refs = parent.batch_lists
-        return list(zip(refs, parent.read_lists(refs), strict=True))
-    q = parent.quarantine.shards
-    return [(None, BatchList(dataset=parent.dataset, batch=b.id, run=run, rows=b.rows,
-                             quarantined=b.quarantined, ids_path=b.ids_path,
-                             shards=[s for s in parent.shards if s.batch == b.id],
-                             quarantine_shards=[s for s in q if s.batch == b.id]))
-            for b in parent.batches]
-
-
-def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite], run: str,
-                     *, rows_rewritten: int) -> VersionDraft:
-    """The version after ``parent`` with the batch lists of ``rewrites`` replaced."""
-    objects: dict[str, bytes] = {}
-    version = parent.version + 1
-    schema_ref, config_ref = _shared_refs(prefix, parent, objects)
-    refs: list[BatchListRef] = []
-    by_id = {b.id: b for b in parent.batches}
-    for old_ref, old in _old_lists(parent, run):
-        rw = rewrites.get(old.batch)
-        if old_ref is not None and rw is None:
-            refs.append(old_ref)          # untouched: the same object, the same digest
-            continue
-        shards = old.shards if rw is None else rw.apply(old.shards)
-        new = BatchList(dataset=parent.dataset, batch=old.batch, run=run, rows=old.rows,
-                        quarantined=old.quarantined, ids_path=old.ids_path, shards=shards,
-                        quarantine_shards=old.quarantine_shards, sources=old.sources)
-        if sum(s.rows for s in shards) != old.rows:
-            raise StoreError(f"batch {old.batch}: compacted shards hold "
-                             f"{sum(s.rows for s in shards)} rows, the batch {old.rows}")
-        body = new.to_arrow()
-        key = layout.batch_list_key(prefix, old.batch, run)
-        objects[key] = body
-        entry = by_id[old.batch]
-        refs.append(BatchListRef(batch=old.batch, version=entry.version, key=key,
-                                 sha256=digest(body), rows=old.rows, shards=len(shards),
-                                 bytes=new.bytes, quarantined=old.quarantined,
-                                 ids_path=old.ids_path,
-                                 sources=old_ref.sources if old_ref else entry.sources))
-    missing = set(rewrites) - {r.batch for r in refs}
-    if missing:
-        raise StoreError(f"batches {sorted(missing)} are not live in version {parent.version}")
+    Raises:
+        StoreError: the rows, batches or quarantined rows would differ from the parent's.
+    """
     totals = Totals(rows=sum(r.rows for r in refs), shards=sum(r.shards for r in refs),
                     bytes=sum(r.bytes for r in refs), batches=len(refs),
                     quarantined=sum(r.quarantined for r in refs))
     was = parent.totals
     if (totals.rows, totals.batches, totals.quarantined) != (was.rows, was.batches,
                                                              was.quarantined):
-        raise StoreError(f"compaction of version {parent.version} would change its totals "
-                         f"{was} to {totals}; nothing was committed")
-    ck = Checkpoint(dataset=parent.dataset, version=version, batch_lists=refs, totals=totals)
-    ck_body = encode(ck.to_dict())
-    ck_key = layout.checkpoint_key(prefix, version, run)
-    objects[ck_key] = ck_body
-    replaced = sum(len(rw.replaced) for rw in rewrites.values())
-    added = sum(len(rw.outputs) for rw in rewrites.values())
+        raise StoreError(f"a new version of {parent.dataset} v{parent.version} would change "
+                         f"its totals {was} to {totals}; nothing was committed")
+    version = parent.version + 1
+    ck = write_checkpoint(prefix, objects, Checkpoint(
+        dataset=parent.dataset, version=version, batch_lists=refs, totals=totals), run)
     doc = VersionDoc(
         dataset=parent.dataset, version=version, parent=parent.version,
         created_at=now_iso(), code_version=code_version(), batch=None,
-        fingerprint=parent.fingerprint, schema=schema_ref, config=config_ref,
-        checkpoint=CheckpointRef(key=ck_key, sha256=digest(ck_body), version=version,
-                                 batches=len(refs)),
-        batch_lists=[],
-        validation=ValidationSummary(
-            success=True, suites=[SUITE], evaluated=rows_rewritten,
-            counts={"rows_rewritten": rows_rewritten, "shards_in": replaced,
-                    "shards_out": added, "batches": len(rewrites), "new_rows": 0}),
+        fingerprint=parent.fingerprint, schema=parent.schema, config=parent.config,
+        checkpoint=ck, batch_lists=[], validation=validation,
         quarantine=QuarantineSummary(rows=0, by_rule={}, total_rows=totals.quarantined),
-        totals=totals, holdout_fraction=parent.holdout_fraction)
-    return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
+        totals=totals, holdout_fraction=parent.holdout_fraction, stats=parent.stats)
+    return VersionDraft(prefix=prefix, doc=doc, objects=objects)
+
+
+def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite], run: str,
+                     *, rows_rewritten: int) -> VersionDraft:
+    """The version after ``parent`` with the batch lists of ``rewrites`` replaced."""
+    objects: dict[str, bytes] = {}
+    refs: list[BatchListRef] = []
+    old_refs = parent.batch_lists
+    for old_ref, old in zip(old_refs, parent.read_lists(old_refs), strict=True):
+        rw = rewrites.get(old.batch)
+        if rw is None:
+            refs.append(old_ref)          # untouched: the same object, the same digest
+            continue
+        shards = rw.apply(old.shards)
+        if sum(s.rows for s in shards) != old.rows:
+            raise StoreError(f"batch {old.batch}: compacted shards hold "
+                             f"{sum(s.rows for s in shards)} rows, the batch {old.rows}")
+        new = dataclasses.replace(old, run=run, shards=shards)
+        refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
+                                        sources=old_ref.sources, stats=old_ref.stats))
+    missing = set(rewrites) - {r.batch for r in refs}
+    if missing:
+        raise StoreError(f"batches {sorted(missing)} are not live in version {parent.version}")
+    replaced = sum(len(rw.replaced) for rw in rewrites.values())
+    added = sum(len(rw.outputs) for rw in rewrites.values())
+    validation = ValidationSummary(
+        success=True, suites=[SUITE], evaluated=rows_rewritten,
+        counts={"rows_rewritten": rows_rewritten, "shards_in": replaced,
+                "shards_out": added, "batches": len(rewrites), "new_rows": 0})
+    return dataclasses.replace(replacement(prefix, parent.doc, refs, objects, run, validation),
+                               parent=parent)
 
 
 def is_compaction(m: Manifest) -> bool:
     """Whether version ``m`` is a compaction (it added no batch; only the lists changed)."""
-    return m.doc is not None and m.doc.batch is None and SUITE in m.doc.validation.suites
+    return m.doc.batch is None and SUITE in m.doc.validation.suites

@@ -10,7 +10,6 @@ fraction of the time its JSON lists took.
 
 ``ShardColumns`` is what readers that touch every shard use (the trainer's plan): numpy
 columns for rows and batch, and a ``ShardEntry`` built only for the shards asked for.
-JSON batch lists (format 2) and format-1 manifests become columns through ``from_entries``.
 """
 
 from __future__ import annotations
@@ -165,78 +164,54 @@ def split_entries(table: pa.Table) -> tuple[list[ShardEntry], list[ShardEntry]]:
 class ShardColumns:
     """Every live data shard of a version as columns, oldest batch first."""
 
-    def __init__(self, table: pa.Table | None = None,
-                 entries: list[ShardEntry] | None = None):
+    def __init__(self, table: pa.Table):
         self._table = table
-        self._given = entries
 
     @classmethod
     def from_tables(cls, tables: list[pa.Table]) -> ShardColumns:
         if not tables:
-            return cls(table=SCHEMA.empty_table())
+            return cls(SCHEMA.empty_table())
         every = pa.concat_tables([t.replace_schema_metadata(None) for t in tables])
-        return cls(table=every.filter(pc.invert(every.column("quarantine"))))
-
-    @classmethod
-    def from_entries(cls, entries: list[ShardEntry]) -> ShardColumns:
-        return cls(entries=entries)
+        return cls(every.filter(pc.invert(every.column("quarantine"))))
 
     def arrow(self) -> pa.Table:
-        """The shards as a table of ``SCHEMA`` (built from the entries when given those)."""
-        if self._table is None:
-            self._table = as_table(self._given or [])
+        """The shards as a table of ``SCHEMA``."""
         return self._table
 
     def __len__(self) -> int:
-        return len(self._given) if self._given is not None else self._table.num_rows  # type: ignore[union-attr]
+        return int(self._table.num_rows)
 
     @cached_property
     def rows(self) -> np.ndarray:
-        if self._given is not None:
-            return np.fromiter((s.rows for s in self._given), np.int64, len(self._given))
-        return self._table.column("rows").to_numpy()  # type: ignore[union-attr]
+        return self._table.column("rows").to_numpy()
 
     @cached_property
     def batch(self) -> list[str]:
-        if self._given is not None:
-            return [s.batch for s in self._given]
-        return self._table.column("batch").to_pylist()  # type: ignore[union-attr]
+        return self._table.column("batch").to_pylist()
 
     @cached_property
     def path(self) -> list[str]:
-        if self._given is not None:
-            return [s.path for s in self._given]
-        return self._table.column("path").to_pylist()  # type: ignore[union-attr]
+        return self._table.column("path").to_pylist()
 
     @cached_property
     def split(self) -> list[str | None]:
         """Each shard's split: "train", "holdout", or None (a mixed shard, older layout)."""
-        if self._given is not None:
-            return [s.split for s in self._given]
-        return self._table.column("split").to_pylist()  # type: ignore[union-attr]
+        return self._table.column("split").to_pylist()
 
     def split_is(self, value: str | None) -> np.ndarray:
         """Boolean mask of the shards whose split is ``value`` (None: mixed shards)."""
-        if self._given is not None:
-            return np.fromiter((s == value for s in self.split), bool, len(self))
-        col = self._table.column("split")  # type: ignore[union-attr]
+        col = self._table.column("split")
         if value is None:
             return pc.is_null(col).to_numpy(zero_copy_only=False)
         return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
 
     @cached_property
     def sha256(self) -> list[str]:
-        if self._given is not None:
-            return [s.sha256 for s in self._given]
-        return self._table.column("sha256").to_pylist()  # type: ignore[union-attr]
+        return self._table.column("sha256").to_pylist()
 
     def batch_codes(self) -> tuple[list[str], np.ndarray]:
         """(distinct batch ids, each shard's index into them): no per-shard Python work."""
-        if self._given is not None:
-            ids = list(dict.fromkeys(self.batch))
-            where = {b: i for i, b in enumerate(ids)}
-            return ids, np.fromiter((where[b] for b in self.batch), np.int64, len(self))
-        enc = pc.dictionary_encode(self._table.column("batch")).combine_chunks()  # type: ignore[union-attr]
+        enc = pc.dictionary_encode(self._table.column("batch")).combine_chunks()
         return enc.dictionary.to_pylist(), enc.indices.to_numpy(zero_copy_only=False)
 
     @cached_property
@@ -245,13 +220,9 @@ class ShardColumns:
 
     def entry(self, i: int) -> ShardEntry:
         """Shard ``i``, built from the columns when asked for (not at plan time)."""
-        if self._given is not None:
-            return self._given[i]
         return _entry(self._cols, i)
 
     def entries(self) -> list[ShardEntry]:
-        if self._given is not None:
-            return self._given
         cols = self._cols
         with _no_gc():
             return [_entry(cols, i) for i in range(len(self))]

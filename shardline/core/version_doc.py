@@ -1,11 +1,11 @@
-"""Format 2: the version document and the immutable objects it references.
+"""Format 3: the version document and the immutable objects it references.
 
 Learned from Iceberg (snapshot -> manifest list -> manifests) and Delta Lake (log +
 checkpoints), cut down to what one writer per commit and S3 conditional writes need:
 
 - a **batch list** (``manifests/batch=<id>-<run>.arrow``) per published batch: its data and
   quarantine shard entries and its source objects, as Arrow IPC columns (format 3; see
-  ``shardline.core.shard_table``; format 2 wrote the same content as JSON, still read).
+  ``shardline.core.shard_table``).
   Written once, before the commit; never changed. Its size is the batch's, not the history's.
 - a **checkpoint** (``manifests/checkpoint-v<N>-<run>.json``): every live batch-list
   reference up to version N, written by the publisher of N+1 when the reference list of the
@@ -19,6 +19,11 @@ checkpoints), cut down to what one writer per commit and S3 conditional writes n
 Every reference carries the sha256 of the referenced bytes; readers check it, so a document
 and the objects it names can never be mixed up silently. JSON objects are compact with sorted
 keys: the same content is the same bytes.
+
+Only format 3 is read. Datasets written in formats 1 (one cumulative JSON document per
+version) and 2 (JSON batch lists) are rewritten once by ``shardline migrate``
+(``shardline.tasks.migrate``, the one place that reads them); anything else is refused with
+``UnsupportedFormat``, naming the format found and that command.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline.core import shard_table
-from shardline.core.errors import StoreError
+from shardline.core.errors import PermanentStoreError, StoreError
 from shardline.core.parts import (
     BatchListRef,
     CheckpointRef,
@@ -45,10 +50,10 @@ from shardline.core.parts import (
 )
 
 # 3: batch lists are Arrow IPC (2: the same documents with JSON batch lists; 1: one
-# cumulative JSON manifest). Formats 2 and 3 share the document and checkpoint shapes.
+# cumulative JSON manifest; both upgraded by ``shardline migrate``).
 FORMAT = 3
-READABLE_FORMATS = (1, 2, 3)
-REFERENCED_FORMATS = (2, 3)
+READABLE_FORMATS = (3,)
+MIGRATE = "shardline migrate --config F"
 # Delta Lake checkpoints every 10 commits; the same bound keeps a version document at most
 # 10 batch-list references long.
 CHECKPOINT_EVERY = 10
@@ -87,10 +92,30 @@ def check_digest(data: bytes, key: str, expect_sha256: str | None) -> None:
             )
 
 
+class UnsupportedFormat(PermanentStoreError):
+    """A manifest object in a format this shardline does not read (``found``)."""
+
+    def __init__(self, key: str, found: Any, what: str = "manifest") -> None:
+        self.found = found
+        if found in (1, 2):
+            fix = (f"upgrade the dataset once with `{MIGRATE}` (F: its config file), then "
+                   "run this again")
+        else:
+            fix = "it was written by a newer shardline or is not a manifest: upgrade shardline"
+        super().__init__(f"{key}: {what} format {found!r}; this shardline reads format "
+                         f"{FORMAT} only: {fix}")
+
+
+def check_format(d: dict[str, Any], key: str, what: str = "manifest") -> None:
+    if d.get("format") not in READABLE_FORMATS:
+        raise UnsupportedFormat(key, d.get("format"), what)
+
+
 def _check_kind(d: dict[str, Any], kind: str, key: str) -> None:
-    if d.get("format") not in REFERENCED_FORMATS or d.get("kind") != kind:
-        raise StoreError(f"{key}: expected a format-{FORMAT} {kind}, found format "
-                         f"{d.get('format')!r} kind {d.get('kind')!r}; upgrade shardline")
+    check_format(d, key, kind.replace("_", " "))
+    if d.get("kind") != kind:
+        raise StoreError(f"{key}: expected a {kind}, found kind {d.get('kind')!r}; the "
+                         "object is damaged or misplaced: restore it from a backup")
 
 
 @dataclass(frozen=True)
@@ -113,9 +138,6 @@ class BatchList:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
-    def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
-
     def to_arrow(self) -> builtins.bytes:
         """The batch list as Arrow IPC bytes (format 3)."""
         meta = {"format": self.format, "kind": self.kind, "dataset": self.dataset,
@@ -127,26 +149,16 @@ class BatchList:
     @classmethod
     def from_bytes(cls, data: builtins.bytes, key: str,
                    expect_sha256: str | None = None) -> BatchList:
-        """A batch list from its bytes: Arrow IPC (format 3) or JSON (format 2)."""
-        if not shard_table.is_arrow(data):
-            return cls.from_dict(decode(data, key, expect_sha256), key)
+        """A batch list from its Arrow IPC bytes (a JSON one is format 2: refused)."""
         check_digest(data, key, expect_sha256)
+        if not shard_table.is_arrow(data):
+            raise UnsupportedFormat(key, 2, "batch list (JSON)")
         meta, table = shard_table.decode(data, key)
+        _check_kind(meta, "batch_list", key)
         shards, quarantine = shard_table.split_entries(table)
         return from_dict(cls, {
             **meta, "shards": shards, "quarantine_shards": quarantine,
             "sources": [SourceEntry.from_dict(s, key) for s in meta.get("sources", [])],
-        }, key)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], key: str) -> BatchList:
-        _check_kind(d, "batch_list", key)
-        return from_dict(cls, {
-            **d,
-            "shards": [ShardEntry.from_dict(s, key) for s in d.get("shards", [])],
-            "quarantine_shards": [ShardEntry.from_dict(s, key)
-                                  for s in d.get("quarantine_shards", [])],
-            "sources": [SourceEntry.from_dict(s, key) for s in d.get("sources", [])],
         }, key)
 
 
@@ -176,7 +188,7 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class VersionDoc:
-    """The committed document of one version (format 2)."""
+    """The committed document of one version."""
 
     dataset: str
     version: int
@@ -219,9 +231,7 @@ class VersionDoc:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], key: str) -> VersionDoc:
-        if d.get("format") not in REFERENCED_FORMATS:
-            raise StoreError(f"{key}: expected a format-{FORMAT} version document, found "
-                             f"format {d.get('format')!r}")
+        check_format(d, key, "version document")
         ckpt, conf = d.get("checkpoint"), d.get("config")
         return from_dict(cls, {
             **d,

@@ -111,6 +111,7 @@ def as_format2(store: ObjectStore, prefix: str) -> None:
     checkpoints and documents re-pointed and marked format 2."""
     import json
 
+    from shardline.core.parts import to_dict
     from shardline.core.version_doc import BatchList, digest, encode
 
     moved: dict[str, tuple[str, str]] = {}
@@ -118,7 +119,7 @@ def as_format2(store: ObjectStore, prefix: str) -> None:
         if not o.key.endswith(".arrow"):
             continue
         bl = BatchList.from_bytes(store.get_bytes(o.key), o.key)
-        body = encode({**bl.to_dict(), "format": 2})
+        body = encode({**to_dict(bl), "format": 2})
         new = o.key[:-len(".arrow")] + ".json"
         store.put_bytes(new, body)
         store.delete([o.key])

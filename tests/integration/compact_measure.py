@@ -6,7 +6,8 @@ prints numbers and asserts only correctness).
 Two histories, each 1,000 label shards of 8x8 images:
   A. one upload of 6,000 rows over 1,000 classes, partitioned by batch and label (the
      issue's "one file per class per batch": 1,000 shards of 6 rows);
-  B. 100 uploads of 60 rows over 10 classes, format-1 documents (a legacy dataset).
+  B. 100 uploads of 60 rows over 10 classes, format-1 documents (a legacy dataset),
+     migrated to format 3 (`shardline migrate`) before it is compacted.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from shardline.core.store import ObjectStore
 from shardline.infra import procs, services
 from shardline.tasks.compact import compact
 from shardline.tasks.ledger import write_ids
+from shardline.tasks.migrate import migrate
 from tests.integration.compact_data import as_format1, rows_of
 
 
@@ -118,6 +120,7 @@ def main() -> None:
             for _ in range(100):
                 publish(store, b, np.repeat(np.arange(10), 6).astype(np.int16), "b")
             as_format1(store, b.prefix, 100)
+            migrate(store, b)               # format 3 first: compaction reads nothing older
             out = {"A_1000_classes_one_upload": measure(store, a),
                    "B_format1_100_batches": measure(store, b),
                    "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}

@@ -67,7 +67,7 @@ def published_rows(store: ObjectStore, m: Manifest, verify: bool = True) -> pa.T
 
 
 def quarantined_rows(store: ObjectStore, m: Manifest) -> pa.Table:
-    shards = m.quarantine["shards"]
+    shards = m.quarantine.shards
     if not shards:
         from shardline.core.schema import QUARANTINE_SCHEMA
         return QUARANTINE_SCHEMA.empty_table()

@@ -2,10 +2,12 @@
 version of few large shards with exactly the same rows and ids and new digests; re-running
 publishes nothing; the version before stays readable through the sweep's grace period and
 its replaced objects go after it; the trainer sees no new rows; the id index and held-out
-split are unchanged; a format-1 dataset is fixed in place; a racing publisher is not lost."""
+split are unchanged; a format-1 or 2 dataset is refused until migrated, then compacts; a
+racing publisher is not lost."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -18,9 +20,11 @@ from shardline.core.builder import commit_version
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
+from shardline.core.version_doc import UnsupportedFormat
 from shardline.tasks import compact as compact_mod
 from shardline.tasks.compact import compact
 from shardline.tasks.id_index import published_mask
+from shardline.tasks.migrate import migrate
 from shardline.tasks.sweep import sweep
 from shardline.trainer.holdout import holdout_mask, id_hash64
 from shardline.trainer.plan import NothingToTrain, make_plan
@@ -160,39 +164,41 @@ def test_trainer_sees_no_new_rows_and_the_id_index_and_holdout_hold(store) -> No
     assert held(rows_of(store, m)) == held(rows_of(store, ms[-1])) != set()
 
 
-def test_format1_dataset_is_fixed_in_place(store) -> None:
+def test_format1_dataset_is_migrated_then_compacted(store) -> None:
     publish_small(store, CFG, batches=3)
+    before = read_manifest(store, CFG.prefix, 3)
+    rows_before, batches = rows_of(store, before), before.batches
     as_format1(store, CFG.prefix, 3)
-    legacy = read_manifest(store, CFG.prefix, 3)
-    assert legacy.format == 1 and legacy.totals.shards == 30
-    rows_before = rows_of(store, legacy)
+    with pytest.raises(UnsupportedFormat, match="format 1; .*`shardline migrate --config F`"):
+        compact(store, CFG, target_mb=1.0)
+    assert migrate(store, CFG).version == 4
     r = compact(store, CFG, target_mb=1.0)
     m = read_manifest(store, CFG.prefix, r.version)
-    assert m.format == 3 and m.totals.shards == len(m.shards) == 3
+    assert r.version == 5 and m.totals.shards == len(m.shards) == 3
     assert rows_of(store, m).equals(rows_before)
     assert [(b.id, b.version, b.ids_path) for b in m.batches] == \
-        [(b.id, b.version, b.ids_path) for b in legacy.batches]
-    assert m.schema == legacy.schema
+        [(b.id, b.version, b.ids_path) for b in batches]
+    assert m.schema == before.schema
     # the next ingest continues the fixed dataset
     nxt = publish_version(store, CFG, np.arange(3 * ROWS, 4 * ROWS))
-    assert nxt.version == 5 and nxt.totals.shards == 3 + 10
-    assert [b.version for b in nxt.batches] == [1, 2, 3, 5]
+    assert nxt.version == 6 and nxt.totals.shards == 3 + 10
+    assert [b.version for b in nxt.batches] == [1, 2, 3, 6]
     assert sorted(rows_of(store, nxt).column("id").to_pylist()) == expected_ids(4)
 
 
-def test_format2_history_with_a_checkpoint_is_fixed_in_place(store) -> None:
+def test_format2_history_with_a_checkpoint_is_migrated_then_compacted(store) -> None:
     from tests.integration.compact_data import as_format2
 
     for i in range(12):                      # past CHECKPOINT_EVERY: v11 and v12 use one
         publish_version(store, CFG, np.arange(i * 100, (i + 1) * 100))
+    rows_before = rows_of(store, read_manifest(store, CFG.prefix, 12))
     as_format2(store, CFG.prefix)
-    legacy = read_manifest(store, CFG.prefix, 12)
-    assert legacy.format == 2 and legacy.doc is not None and legacy.doc.checkpoint
-    assert all(r.key.endswith(".json") for r in legacy.batch_lists)
-    rows_before = rows_of(store, legacy)
+    doc = json.loads(store.get_bytes(layout.version_key(CFG.prefix, 12)))
+    assert doc["format"] == 2 and doc["checkpoint"] is not None
+    assert migrate(store, CFG).rewritten == 12
     r = compact(store, CFG, target_mb=1.0)
     m = read_manifest(store, CFG.prefix, r.version)
-    assert m.format == 3 and m.totals.shards == len(m.shards) == 12
+    assert m.totals.shards == len(m.shards) == 12
     assert rows_of(store, m).equals(rows_before)
     assert all(ref.key.endswith(".arrow") for ref in m.batch_lists)
     assert [b.version for b in m.batches] == list(range(1, 13))

@@ -41,7 +41,7 @@ def test_jsonl_good_and_every_kind_of_bad_line(store, spark):
                     ("cut.jsonl", "truncated_file")]
     assert_exactly_once(store, m, ids(good) + ids(digits(120, 125)), expected_bad)
     assert (pub.version, pub.rows_published, pub.rows_quarantined) == (1, 125, 11)
-    assert m.quarantine["by_rule"]["undecodable_image"] == 2
+    assert m.quarantine.by_rule["undecodable_image"] == 2
 
 
 def test_csv_with_bad_rows_and_truncated_tail(store, spark):
@@ -75,7 +75,7 @@ def test_parquet_and_a_truncated_parquet_object(store, spark):
     run_pipeline(store, cfg, spark)
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, ids(good), [("d.parquet", "truncated_file")])
-    q = [s for s in m.quarantine["shards"]]
+    q = [s for s in m.quarantine.shards]
     assert q, "the unreadable object must be in quarantine"
 
 

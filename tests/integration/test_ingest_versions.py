@@ -56,7 +56,7 @@ def test_rerun_publishes_nothing_and_a_second_upload_makes_version_2(store, spar
     assert_exactly_once(store, m2, [d.id for d in digits(0, 300)],
                         [("d00003", "duplicate_id")])
     assert [s.key for s in m2.sources] == [f"{IN}p2.csv"]
-    assert m2.validation["success"] and m2.schema["shape"] == [8, 8, 1]
+    assert m2.validation.success and m2.schema.shape == [8, 8, 1]
     assert run_pipeline(store, cfg, spark) is None
     # the claim ledger knows both batches
     assert len(list(store.list(f"{cfg.prefix}/batches/"))) == 2

@@ -1,7 +1,7 @@
 """Manifest format 3 (format 2 with Arrow batch lists) through the real publish path (moto
 S3, Spark Connect, GX): a commit costs O(new data), every version resolves to exactly its
-shards, and a dataset whose history was written in format 1 keeps loading and grows in
-format 3."""
+shards, and a dataset whose history was written in format 1 is refused by ingest until
+``shardline migrate`` rewrites it, then grows in format 3."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ import json
 import statistics
 import time
 
+import pytest
+
 from shardline.core import layout
 from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
+from shardline.core.version_doc import UnsupportedFormat
 from shardline.infra.demo_data import digits, jsonl_bytes
+from shardline.tasks.migrate import migrate
 from tests.integration.compact_data import as_format1
 from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
 
@@ -62,23 +66,26 @@ def test_twelve_versions_small_documents_exact_shard_sets(store, spark) -> None:
     assert_exactly_once(store, m12, [d.id for d in digits(0, 12 * ROWS)], [])
 
 
-def test_format1_history_loads_and_the_next_publish_continues_it(store, spark) -> None:
+def test_ingest_refuses_a_format1_history_until_migrated_then_continues_it(store, spark
+                                                                          ) -> None:
     cfg = dataset_config()
     _upload(store, 0)
     assert run_pipeline(store, cfg, spark) is not None
-    # make version 1 a format-1 document, with no format-2 objects around it
+    # make version 1 a format-1 document, with no format-2/3 objects around it
+    shards = [s.path for s in read_manifest(store, cfg.prefix, 1).shards]
     as_format1(store, cfg.prefix, 1)
     v1 = json.loads(store.get_bytes(layout.version_key(cfg.prefix, 1)))
-    old = read_manifest(store, cfg.prefix, 1)
-    assert old.format == 1 and [s.path for s in old.shards] == [s["path"] for s in v1["shards"]]
-    assert old.rows == ROWS and old.validation.success and old.schema.shape == [8, 8, 1]
+    assert v1["format"] == 1 and [s["path"] for s in v1["shards"]] == shards
 
     _upload(store, 1)
+    with pytest.raises(UnsupportedFormat, match="format 1; .*`shardline migrate --config F`"):
+        run_pipeline(store, cfg, spark)
+    assert migrate(store, cfg).version == 2
     pub = run_pipeline(store, cfg, spark)
-    assert pub is not None and pub.version == 2
-    m2 = read_manifest(store, cfg.prefix, 2)
-    assert m2.format == 3 and m2.doc is not None and m2.doc.checkpoint is not None
-    assert [s.path for s in m2.shards] == [s["path"] for s in v1["shards"]] + m2.new_shards
-    assert [b.id for b in m2.batches][0] == v1["batches"][0]["id"]
-    assert_exactly_once(store, m2, [d.id for d in digits(0, 2 * ROWS)], [])
+    assert pub is not None and pub.version == 3
+    m3 = read_manifest(store, cfg.prefix, 3)
+    assert m3.doc.checkpoint is not None
+    assert [s.path for s in m3.shards] == shards + m3.new_shards
+    assert [b.id for b in m3.batches][0] == v1["batches"][0]["id"]
+    assert_exactly_once(store, m3, [d.id for d in digits(0, 2 * ROWS)], [])
     assert json.loads(store.get_bytes(layout.version_key(cfg.prefix, 1)))["format"] == 1

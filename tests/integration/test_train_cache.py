@@ -8,12 +8,13 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
 from shardline.core.errors import StoreError
-from shardline.core.manifest import Manifest
 from shardline.core.store import ObjectStore
 from shardline.trainer.cache import ShardCache, expected_digest
 from shardline.trainer.fetch import ShardFetcher
@@ -21,28 +22,24 @@ from tests.integration.trainer_data import digits_config, publish_version
 
 
 @pytest.fixture(params=["xxh3_128", "sha256-only"])
-def version(store: ObjectStore, request: pytest.FixtureRequest) -> Manifest:
-    """A published version; "sha256-only" is how manifests written before the xxh3_128
-    field look (the cache then verifies sha256)."""
+def version(store: ObjectStore, request: pytest.FixtureRequest) -> Any:
+    """A published version's shard entries; "sha256-only" is how entries written before the
+    xxh3_128 field look (the cache then verifies sha256)."""
     cfg = digits_config(name="cachetest")
     m = publish_version(store, cfg.dataset, np.arange(600))
     assert all(e.xxh3_128 for e in m.shards)
+    shards = m.shards
     if request.param == "sha256-only":
-        # a format-1 manifest (those predate xxh3_128) over the same shards
-        m = Manifest(dataset=m.dataset, version=m.version, parent=m.parent,
-                     created_at=m.created_at, schema=m.schema, new_shards=m.new_shards,
-                     shards=[dataclasses.replace(e, xxh3_128=None) for e in m.shards],
-                     batches=m.batches, sources=m.sources, validation=m.validation,
-                     quarantine={"rows": 0, "by_rule": {}}, code_version=m.code_version)
-    assert {expected_digest(e)[0] for e in m.shards} == {request.param.split("-")[0]}
-    return m
+        shards = [dataclasses.replace(e, xxh3_128=None) for e in m.shards]
+    assert {expected_digest(e)[0] for e in shards} == {request.param.split("-")[0]}
+    return SimpleNamespace(shards=shards)
 
 
 def sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
-def test_cached_shards_are_reused_by_the_next_run(store: ObjectStore, version: Manifest,
+def test_cached_shards_are_reused_by_the_next_run(store: ObjectStore, version: Any,
                                                    tmp_path: Path) -> None:
     first = ShardCache(tmp_path, 1 << 30, store)
     paths = [first.ensure(e) for e in version.shards]
@@ -54,7 +51,7 @@ def test_cached_shards_are_reused_by_the_next_run(store: ObjectStore, version: M
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
-def test_corrupt_or_partial_cached_shard_is_refetched(store: ObjectStore, version: Manifest,
+def test_corrupt_or_partial_cached_shard_is_refetched(store: ObjectStore, version: Any,
                                                       tmp_path: Path, damage: str) -> None:
     entry = version.shards[0]
     path = ShardCache(tmp_path, 1 << 30, store).ensure(entry)
@@ -71,7 +68,7 @@ def test_corrupt_or_partial_cached_shard_is_refetched(store: ObjectStore, versio
 
 
 def test_partial_downloads_are_never_used_and_stale_ones_are_swept(
-        store: ObjectStore, version: Manifest, tmp_path: Path) -> None:
+        store: ObjectStore, version: Any, tmp_path: Path) -> None:
     entry = version.shards[0]
     part = tmp_path / f"{entry.sha256}.deadbeef.part"
     part.write_bytes(b"half a shard")
@@ -85,7 +82,7 @@ def test_partial_downloads_are_never_used_and_stale_ones_are_swept(
 
 
 def test_object_that_no_longer_matches_its_manifest_is_refused(
-        store: ObjectStore, version: Manifest, tmp_path: Path) -> None:
+        store: ObjectStore, version: Any, tmp_path: Path) -> None:
     entry = version.shards[0]
     store.put_bytes(entry.path, b"not the published bytes")
     with pytest.raises(StoreError, match=entry.path) as exc:
@@ -97,7 +94,7 @@ def test_object_that_no_longer_matches_its_manifest_is_refused(
 
 
 def test_cache_stays_within_its_bound_least_recently_used_first(
-        store: ObjectStore, version: Manifest, tmp_path: Path) -> None:
+        store: ObjectStore, version: Any, tmp_path: Path) -> None:
     entries = version.shards[:5]
     bound = sum(e.bytes for e in entries[:3]) + 10      # room for three shards
     cache = ShardCache(tmp_path, bound, store)
@@ -110,7 +107,7 @@ def test_cache_stays_within_its_bound_least_recently_used_first(
     assert cache.stats.evicted == 2
 
 
-def test_fetcher_reads_ahead_in_the_background(store: ObjectStore, version: Manifest,
+def test_fetcher_reads_ahead_in_the_background(store: ObjectStore, version: Any,
                                                tmp_path: Path) -> None:
     fetcher = ShardFetcher(ShardCache(tmp_path, 1 << 30, store), threads=3)
     try:
@@ -127,7 +124,7 @@ def test_fetcher_reads_ahead_in_the_background(store: ObjectStore, version: Mani
         fetcher.close()
 
 
-def test_read_ahead_is_bounded_by_bytes(store: ObjectStore, version: Manifest,
+def test_read_ahead_is_bounded_by_bytes(store: ObjectStore, version: Any,
                                         tmp_path: Path) -> None:
     fetcher = ShardFetcher(ShardCache(tmp_path, 1 << 30, store), threads=2)
     try:

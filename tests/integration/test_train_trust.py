@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from shardline.core import layout
+from shardline.core.builder import batch_list_ref, commit_version
 from shardline.core.config import Config
-from shardline.core.manifest import Manifest, commit_manifest
+from shardline.core.manifest import Manifest
+from shardline.core.replace import replacement
 from shardline.core.store import ObjectStore
 from shardline.trainer.cache import ShardCache
 from shardline.trainer.options import RunOptions
@@ -37,14 +39,16 @@ def config(tmp_path: Path) -> Config:
 def tampered_version(store: ObjectStore, prefix: str, m: Manifest, **change: Any) -> int:
     """Commit the next version number as a copy of ``m`` whose first shard entry has
     ``change`` applied (what someone with write access to the lake could do)."""
-    shards = [dataclasses.replace(m.shards[0], **change), *m.shards[1:]]
-    bad = Manifest(dataset=m.dataset, version=m.version + 1, parent=m.version,
-                   created_at=m.created_at, schema=m.schema, new_shards=[shards[0].path],
-                   shards=shards, batches=m.batches, sources=m.sources,
-                   validation=m.validation, quarantine={"rows": 0, "by_rule": {}},
-                   code_version=m.code_version)
-    commit_manifest(store, prefix, bad)
-    return bad.version
+    objects: dict[str, bytes] = {}
+    refs = []
+    for i, (ref, bl) in enumerate(zip(m.batch_lists, m.read_lists(m.batch_lists), strict=True)):
+        if i == 0:
+            bl = dataclasses.replace(bl, run="tamper", shards=[
+                dataclasses.replace(bl.shards[0], **change), *bl.shards[1:]])
+        refs.append(dataclasses.replace(batch_list_ref(prefix, objects, ref.version, bl),
+                                        sources=ref.sources))
+    draft = replacement(prefix, m.doc, refs, objects, "tamper", m.validation)
+    return commit_version(store, draft).version
 
 
 @pytest.mark.parametrize(("field", "value"), [

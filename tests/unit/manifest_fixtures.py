@@ -99,11 +99,12 @@ def as_format2(bucket: Bucket) -> None:
     ``.json`` keys, references and checkpoints re-pointed, documents marked format 2."""
     import json
 
+    from shardline.core.parts import to_dict
     from shardline.core.version_doc import BatchList, digest, encode
     moved: dict[str, tuple[str, str]] = {}
     for key in [k for k in bucket.objects if k.endswith(".arrow")]:
         bl = BatchList.from_bytes(bucket.objects.pop(key), key)
-        body = encode({**bl.to_dict(), "format": 2})
+        body = encode({**to_dict(bl), "format": 2})
         new = key[:-len(".arrow")] + ".json"
         bucket.objects[new] = body
         moved[key] = (new, digest(body))

@@ -1,6 +1,6 @@
 """The version document: built by the one builder, read back through ``Manifest`` (format 3:
-Arrow batch lists), and format-1 and format-2 (JSON batch lists) documents still loading
-through the same reader."""
+Arrow batch lists); format-1 and format-2 (JSON batch lists) documents refused in one line
+naming the format and ``shardline migrate``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from shardline.core.builder import build_version
 from shardline.core.errors import SchemaChange, StoreError
 from shardline.core.manifest import Manifest
 from shardline.core.parts import SchemaInfo, ValidationSummary
+from shardline.core.version_doc import UnsupportedFormat, digest
 from tests.unit.manifest_fixtures import (
     PREFIX,
     SCHEMA,
@@ -45,9 +46,9 @@ def test_first_version_references_its_batch_list_schema_and_config() -> None:
     assert m.new_shards == [s.path for s in new_batch(1).shards]
     assert m.rows == m.new_rows == 200 and m.bytes == 200 * 96
     assert m.sources == new_batch(1).sources
-    assert m.quarantine.rows == 3 and m.quarantine["by_rule"] == {"missing_label": 3}
+    assert m.quarantine.rows == 3 and m.quarantine.by_rule == {"missing_label": 3}
     assert [s.rows for s in m.quarantine.shards] == [3]
-    assert m.validation.success and m.validation["suites"] == ["toy.batch"]
+    assert m.validation.success and m.validation.suites == ["toy.batch"]
 
 
 def test_every_version_resolves_to_exactly_its_shards() -> None:
@@ -78,14 +79,12 @@ def test_checkpoint_every_ten_keeps_the_document_small() -> None:
     assert size[12] <= 2.0 * size[2] and max(size.values()) <= 2.0 * size[10] + 1
 
 
-def test_shards_since_reads_only_the_newer_batch_lists() -> None:
+def test_counts_and_the_new_batch_read_no_other_batch_list() -> None:
     bucket, _ = history(14)
     m = bucket.open(14)
     bucket.reads.clear()
-    newer = m.shards_since(12)
-    assert [s.batch for s in newer] == [new_batch(13).id] * 2 + [new_batch(14).id] * 2
-    lists = [k for k in bucket.reads if "/manifests/batch=" in k]
-    assert len(lists) == 2
+    assert [s.batch for s in m.new()] == [new_batch(14).id] * 2
+    assert [k for k in bucket.reads if "/manifests/batch=" in k] == [m.batch_lists[-1].key]
     bucket.reads.clear()
     assert m.new_rows == 200 and m.rows == 2800 and len(m.batches) == 14
     assert not [k for k in bucket.reads if "/manifests/batch=" in k]   # counts need no list
@@ -101,35 +100,6 @@ def test_a_changed_batch_list_is_refused_naming_the_key() -> None:
         bucket.open(2).shards   # noqa: B018
 
 
-def test_format1_manifest_loads_through_the_same_reader() -> None:
-    m = Manifest(format1_doc(2))
-    assert m.format == 1 and m.version == 2 and m.parent == 1
-    assert len(m.shards) == 4 and m.rows == 400 and m.new_rows == 200
-    assert m.new_shards == [s.path for s in new_batch(2).shards]
-    assert [s.path for s in m.shards_since(1)] == m.new_shards
-    assert m.batch(new_batch(1).id) is not None and m.new_batch == m.batches[-1]
-    assert m.schema["shape"] == [8, 8, 1] and m.validation["success"]
-    assert m.quarantine["rows"] == 3 and len(m.quarantine["shards"]) == 2
-    assert m.sources[0].key == "incoming/toy/2.csv" and m.shards[0].label_counts == {}
-    assert m.totals.quarantined == 6
-
-
-def test_format2_child_of_a_format1_parent_migrates_the_history_once() -> None:
-    bucket = Bucket()
-    v1doc = format1_doc(3)
-    bucket.objects[layout.version_key(PREFIX, 3)] = json.dumps(v1doc).encode()
-    v4 = publish(bucket, bucket.open(3), 4)
-    assert v4.doc and v4.doc.checkpoint is not None and v4.doc.checkpoint.version == 3
-    assert len(v4.doc.batch_lists) == 1
-    m = bucket.open(4)
-    assert [s.path for s in m.shards] == \
-        [s["path"] for s in v1doc["shards"]] + [s.path for s in new_batch(4).shards]
-    assert [b.version for b in m.batches] == [1, 2, 3, 4]
-    assert len(m.quarantine.shards) == 4 and m.quarantine.total_rows == 12
-    v5 = publish(bucket, m, 5)
-    assert v5.doc and v5.doc.checkpoint == v4.doc.checkpoint and len(v5.shards) == 10
-
-
 def test_a_different_schema_is_refused() -> None:
     bucket, [m] = history(1)
     other = SchemaInfo(fingerprint="e" * 16, fields=[], shape=[4, 4, 1], classes=["a"])
@@ -139,17 +109,49 @@ def test_a_different_schema_is_refused() -> None:
                       batch=new_batch(2), validation=ValidationSummary(success=True))
 
 
+def _refusal(exc: pytest.ExceptionInfo[UnsupportedFormat]) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg and "reads format 3 only" in msg
+    return msg
+
+
+def test_old_formats_are_refused_naming_the_format_and_the_command() -> None:
+    key = layout.version_key(PREFIX, 2)
+    with pytest.raises(UnsupportedFormat) as e:
+        Manifest(format1_doc(2), Bucket().get, key)
+    msg = _refusal(e)
+    assert msg.startswith(f"{key}: version document format 1;")
+    assert "`shardline migrate --config F`" in msg and e.value.found == 1
+    bucket, _ = history(3)
+    as_format2(bucket)
+    with pytest.raises(UnsupportedFormat, match="format 2; .*`shardline migrate --config F`"):
+        bucket.open(3)
+    # a format-3 document still naming a format-2 (JSON) batch list: refused when read
+    bucket, _ = history(3)
+    doc = json.loads(bucket.objects[layout.version_key(PREFIX, 3)])
+    as_format2(bucket)
+    for ref in doc["batch_lists"]:
+        ref["key"] = ref["key"][:-len(".arrow")] + ".json"
+        ref["sha256"] = digest(bucket.objects[ref["key"]])
+    json_key = doc["batch_lists"][0]["key"]
+    bucket.objects[layout.version_key(PREFIX, 3)] = json.dumps(doc).encode()
+    m = bucket.open(3)
+    with pytest.raises(UnsupportedFormat) as e:
+        m.shards  # noqa: B018
+    assert _refusal(e).startswith(f"{json_key}: batch list (JSON) format 2;")
+
+
 def test_unknown_format_and_missing_fields_are_named() -> None:
-    with pytest.raises(StoreError, match="has format 9; this shardline reads formats"):
-        Manifest({**format1_doc(1), "format": 9})
     bucket, _ = history(1)
     key = layout.version_key(PREFIX, 1)
     doc = json.loads(bucket.objects[key])
+    with pytest.raises(UnsupportedFormat) as e:
+        Manifest({**doc, "format": 9}, bucket.get, key)
+    assert "format 9; this shardline reads format 3 only" in _refusal(e)
+    assert "upgrade shardline" in str(e.value) and "migrate" not in str(e.value)
     del doc["batch_lists"][0]["sha256"]
     with pytest.raises(StoreError, match=r"BatchListRef lacks field\(s\) \['sha256'\]"):
         Manifest(doc, bucket.get, key)
-    with pytest.raises(StoreError, match="needs a way to read"):
-        Manifest(json.loads(bucket.objects[key]))
 
 
 def test_draft_reads_as_the_committed_version() -> None:
@@ -175,25 +177,6 @@ def test_draft_names_the_objects_only_its_run_writes() -> None:
                           parent=ms[4], batch=new_batch(6),
                           validation=ValidationSummary(success=True))
     assert plain.new_checkpoint is None
-
-
-def test_format2_json_history_loads_and_continues_as_format3() -> None:
-    bucket, _ = history(14)
-    as_format2(bucket)
-    m = bucket.open(14)
-    assert m.format == 2 and all(r.key.endswith(".json") for r in m.batch_lists)
-    want = [s.path for i in range(1, 15) for s in new_batch(i).shards]
-    assert [s.path for s in m.shards] == want
-    assert [s.path for s in m.shard_columns.entries()] == want
-    assert m.shards[0] == new_batch(1).shards[0] and m.sources == new_batch(14).sources
-    assert len(m.quarantine.shards) == 14
-    v15 = publish(bucket, m, 15)
-    assert v15.format == 3 and v15.batch_lists[-1].key.endswith(".arrow")
-    m15 = bucket.open(15)
-    assert [s.path for s in m15.shard_columns.entries()] == \
-        want + [s.path for s in new_batch(15).shards]
-    assert [s.path for s in m15.shards] == want + [s.path for s in new_batch(15).shards]
-    assert m15.shards[-1] == new_batch(15).shards[-1]
 
 
 def test_arrow_batch_list_round_trips_every_field() -> None:

@@ -7,7 +7,7 @@ import time
 
 from shardline.trainer.plan import make_plan
 from shardline.trainer.trust import check_shard_columns
-from tests.unit.manifest_fixtures import PREFIX, as_format2
+from tests.unit.manifest_fixtures import PREFIX
 from tests.unit.scale_history import batch_shards, synthetic_history
 
 
@@ -33,17 +33,3 @@ def test_plan_over_100k_shards_200_batches() -> None:
     # only batch lists, once each, were read (plus the checkpoint)
     lists = [k for k in bucket.reads if "/manifests/batch=" in k]
     assert len(lists) == len(set(lists)) == 200
-
-
-def test_plan_is_the_same_over_json_and_arrow_batch_lists() -> None:
-    bucket, m = synthetic_history(23, 20, labels=3)
-    arrow = make_plan(m, 12, 0.4, 0.2, seed=3)
-    as_format2(bucket)
-    m2 = bucket.open(23)
-    assert m2.format == 2
-    json_plan = make_plan(m2, 12, 0.4, 0.2, seed=3)
-    assert json_plan.fingerprint() == arrow.fingerprint()
-    assert json_plan.shards == arrow.shards and json_plan.replay_fraction == arrow.replay_fraction
-    assert [s.role for s in arrow.shards].count("new") == 11 * 20
-    retrain = make_plan(m, 23, 0.4, 0.2, seed=3)
-    assert [s.role for s in retrain.shards].count("new") == 20
