@@ -2,11 +2,12 @@
 are refused by every reader in one line naming the format and the command, migrate once
 into format 3 (the same rows), then train and open; a second run writes nothing; a run
 killed at its Nth store write, for every N, re-runs to the same result with nothing
-half-visible in between."""
+half-visible in between; the command itself, once, with the others naming it."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,8 +25,9 @@ from shardline.tasks.migrate import migrate
 from shardline.tasks.sweep import sweep
 from shardline.trainer.options import RunOptions
 from shardline.trainer.run import train
+from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.compact_data import as_format1, as_format2, rows_of
-from tests.integration.trainer_data import digits_config, publish_version
+from tests.integration.trainer_data import config_toml, digits_config, publish_version
 
 ORDER = np.random.default_rng(11).permutation(1797)
 FAST = RunOptions(log_every=50, checkpoint_every=1000, eval_each_epoch=False)
@@ -155,3 +157,29 @@ def test_killed_at_every_write_then_rerun_gives_the_same_result(store: ObjectSto
         assert r.version in (3, None) and latest_version(store, PREFIX) == 3
         assert _comparable(_snapshot(store)) == want, f"killed at write {at} ({seen[-1:]})"
     assert kills == writes                # every write was killed once, the last run was not
+
+
+def test_the_command_migrates_once_and_the_others_name_it(store: ObjectStore,
+                                                        tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _old_dataset(store, 1)
+    config = tmp_path / "dataset.toml"
+    config.write_text(config_toml(CFG))
+    env = cli_env(store.settings, tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([EXE, *args, "-c", str(config)], env=env, capture_output=True,
+                              text=True, timeout=300)
+    refused = run("compact", "--dry-run")
+    lines = [x for x in refused.stderr.splitlines() if x.strip()]
+    assert refused.returncode == 1 and len(lines) == 1, refused.stderr
+    assert "format 1;" in lines[0] and "`shardline migrate --config F`" in lines[0]
+    first = run("migrate")
+    assert first.returncode == 0, first.stderr
+    assert "v2 (format 1) -> version 3 (format 3): 2 batches" in first.stdout
+    again = run("migrate", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["version"] is None
+    table = run("versions", "--json")
+    assert table.returncode == 0, table.stderr
+    rows = {r["version"]: r for r in json.loads(table.stdout)["versions"]}
+    assert rows[3]["rows"] == 700 and rows[3]["new_rows"] == 0
+    assert rows[1]["validation"] == rows[2]["validation"] == "format 1: not read"
