@@ -14,7 +14,12 @@ events exist, in this order, and a rejected request never emits anything:
 A valid request answers 200 with the accepted event ids once the Prefect events API took
 them, or 502 when it did not, so MinIO keeps the notification and sends it again (its
 ``queue_dir`` makes that durable). ``HEAD`` and ``GET /health`` answer 200 without a token
-(MinIO checks the target is reachable) and reveal nothing.
+(MinIO checks the target is reachable) and reveal nothing. ``PUT``, ``DELETE`` and ``PATCH``
+answer 405 with ``Allow: GET, HEAD, POST``.
+
+At most ``max_connections`` requests are handled at once (one thread each): a connection
+over the cap is answered 503 with ``Retry-After`` at once, on the accepting thread, and
+closed, so slow or stalled clients can hold at most that many threads.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +58,7 @@ class WebhookSettings:
     port: int = 9320
     max_bytes: int = 256 * 1024
     max_depth: int = 32  # a MinIO notification nests 6 deep
+    max_connections: int = 64  # requests handled at once; more are answered 503
 
     def __post_init__(self) -> None:
         if len(self.token) < MIN_TOKEN_CHARS:
@@ -89,6 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if status == 401:
             self.send_header("WWW-Authenticate", 'Bearer realm="shardline"')
+        if status == 405:
+            self.send_header("Allow", "GET, HEAD, POST")
         self.send_header("Connection", "close")
         self.close_connection = True
         self.end_headers()
@@ -106,6 +115,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(200, {"ok": True})
         else:
             self._answer(404, {"error": "not found; POST bucket notifications here"})
+
+    def _not_allowed(self) -> None:
+        self._answer(405, {"error": f"{self.command} is not allowed; POST bucket "
+                                    "notifications here"})
+
+    do_PUT = do_DELETE = do_PATCH = _not_allowed  # noqa: N815 - stdlib names
 
     def _authorized(self) -> bool:
         header = self.headers.get("Authorization", "")
@@ -195,6 +210,38 @@ class _Server(ThreadingHTTPServer):
         self.max_events = max_events
         self.stats = WebhookStats()
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(settings.max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per request, at most ``max_connections`` at once; over the cap the
+        client is answered 503 here, without a thread, and the connection closed."""
+        if not self._slots.acquire(blocking=False):
+            self.count_rejected(503)
+            log.warning("rejected a connection from %s: %d requests in progress",
+                        client_address[0], self.settings.max_connections)
+            body = b'{"error": "too many requests in progress; send again later"}'
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                                b"Content-Type: application/json\r\nConnection: close\r\n"
+                                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+                                + body)
+                request.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def count_request(self) -> None:
         with self._lock:
