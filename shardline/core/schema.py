@@ -75,7 +75,7 @@ RULES = {
     "image_too_large": "the image header declares more than limits.max_pixels",
     "label_too_long": "the label is over limits.max_label_chars",
     "id_too_long": "the id is over limits.max_id_chars",
-    "bad_id": "the id is not a string or an integer",
+    "bad_id": "the id is not a string or an integer, or holds a control or bidi character",
     "unexpected_value": "checking the row raised an error no rule expects",
     "unreadable_rest": "the object failed part-way: the rows from source_row on",
     # Typed fields ([dataset.fields], [dataset.target]; tasks/convert/values.py): each

@@ -15,6 +15,7 @@ import base64
 import binascii
 import io
 import math
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,25 @@ class Normaliser:
         return sid, idx, pixels
 
 
+# Bidirectional formatting characters (embeddings, overrides, isolates, marks): an id that
+# holds one displays as another id (CVE-2021-42574's trick).
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _control_char(s: str) -> tuple[int, str] | None:
+    """The first C0/C1 control (NUL and DEL included) or bidi formatting character in ``s``."""
+    for i, ch in enumerate(s):
+        if ch in _BIDI or unicodedata.category(ch) == "Cc":
+            return i, ch
+    return None
+
+
 def normalise_id(value: Any, column: str, max_chars: int = 512) -> str:
+    """The row's id as a string: integers and integral floats as digits (``1.0`` -> ``"1"``),
+    strings with surrounding whitespace removed (``" 1"`` -> ``"1"``) and otherwise kept as
+    they are (``"01"`` stays ``"01"``). Raises :class:`RowError` ``missing_id`` (null, empty,
+    boolean), ``bad_id`` (another type, NaN/inf, a control or bidi-override character inside)
+    or ``id_too_long``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         raise RowError("missing_id", f"column {column!r} is missing or null")
     if isinstance(value, bool):
@@ -74,7 +93,13 @@ def normalise_id(value: Any, column: str, max_chars: int = 512) -> str:
     if isinstance(value, int) and abs(value) >= 10 ** min(max_chars, 4000):
         raise RowError("id_too_long", f"column {column!r} holds an integer of more than "
                        f"{max_chars} digits ({excerpt(value)}); limits.max_id_chars")
-    sid = str(value).strip()
+    raw = str(value)
+    if isinstance(value, str) and (bad := _control_char(raw.strip(" \t\r\n"))) is not None:
+        at, ch = bad
+        raise RowError("bad_id", f"column {column!r} holds control character U+{ord(ch):04X} "
+                       f"at position {at} ({excerpt(raw, 40)}); ids are the dataset's join "
+                       "key: remove control and bidi-override characters from the ids")
+    sid = raw.strip()
     if len(sid) > max_chars:
         raise RowError("id_too_long", f"column {column!r} is {len(sid)} characters "
                        f"({excerpt(sid, 40)}); the limit is {max_chars} (limits.max_id_chars)")

@@ -41,6 +41,33 @@ def test_ids_normalise_to_strings():
         with pytest.raises(RowError) as e:
             normalise_id(bad, "id")
         assert e.value.rule == "missing_id"
+    # The documented rules: integral floats as digits, surrounding whitespace dropped, leading
+    # zeros kept (a string id is never parsed as a number).
+    assert normalise_id(1.0, "id") == "1"
+    assert normalise_id("\t 1\r\n", "id") == "1"
+    assert normalise_id("01", "id") == "01"
+
+
+@pytest.mark.parametrize(("value", "codepoint", "at"), [
+    ("x\u0000y", "U+0000", 1),      # NUL: PostgreSQL refuses it, C consumers truncate at it
+    ("\x01\x7f", "U+0001", 0),     # C0 and DEL
+    ("a\x85b", "U+0085", 1),        # C1 (NEL)
+    ("\x1fx", "U+001F", 0),         # a C0 control that str.strip() would silently drop
+    ("abc\u202egpj.exe", "U+202E", 3),  # right-to-left override
+    ("id\u2066x\u2069", "U+2066", 2),  # isolate
+])
+def test_control_and_bidi_characters_in_ids_are_bad_id(value: str, codepoint: str,
+                                                       at: int) -> None:
+    with pytest.raises(RowError) as e:
+        normalise_id(value, "id")
+    assert e.value.rule == "bad_id"
+    assert f"control character {codepoint} at position {at}" in e.value.message
+    assert "remove control and bidi-override characters" in e.value.message
+
+
+def test_printable_unicode_ids_are_kept() -> None:
+    for ok in ("café-1", "画像_7", "a b", "emoji-\U0001f600", "zwj\u200d"):
+        assert normalise_id(ok, "id") == ok
 
 
 def test_decode_png_bytes_and_base64_to_exact_pixels():
