@@ -16,6 +16,10 @@ from shardline.core.store_api import JsonMethods, Received, Sink, Store
 from shardline.core.store_records import ByteStream, ObjectInfo
 
 
+def _same(store: Store) -> Store:
+    return store
+
+
 class Counts:
     """Requests and bytes per (operation, ``kind(key)``: default the key itself);
     thread-safe."""
@@ -24,10 +28,6 @@ class Counts:
         self.kind = kind
         self._lock = threading.Lock()
         self.ops: dict[str, dict[str, list[int]]] = {}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled empty (a result holding a counting store counts where it is unpickled)."""
-        return (Counts, (self.kind,))
 
     def add(self, op: str, key: str, nbytes: int = 0, n: int = 1) -> None:
         with self._lock:
@@ -57,6 +57,11 @@ class CountingStore(JsonMethods):
         self.inner = inner
         self.counts = counts if counts is not None else Counts()
         self.bucket = inner.bucket
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the store it wraps: counts belong to the process that counts (a Spark
+        job or a result that carries the store elsewhere reads and writes uncounted)."""
+        return (_same, (self.inner,))
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":           # not set yet (unpickling): no recursion

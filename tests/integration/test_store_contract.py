@@ -136,19 +136,13 @@ def test_stream_and_read_into_deliver_the_whole_object(any_store: Store) -> None
     assert max(map(len, got)) <= 1000
 
 
-def _first_part(key: str) -> str:
-    return key.split("/")[0]
-
-
 def test_a_store_pickles_to_one_that_reads_the_same_objects(any_store: Store) -> None:
     any_store.put_bytes("p/k", b"pickled")
     again = pickle.loads(pickle.dumps(any_store))
     assert again.get_bytes("p/k") == b"pickled"
-    counting = CountingStore(any_store, Counts(_first_part))
-    counting.get_bytes("p/k")
-    copied = pickle.loads(pickle.dumps(counting))      # fresh counts, same kinds
-    assert copied.get_bytes("p/k") == b"pickled"
-    assert copied.counts.to_dict() == {"get": {"p": {"n": 1, "bytes": 7}}}
+    counting = CountingStore(any_store, Counts(lambda key: key))
+    copied = pickle.loads(pickle.dumps(counting))      # the wrapped store, not the counts
+    assert type(copied) is type(any_store) and copied.get_bytes("p/k") == b"pickled"
 
 
 def test_counting_wraps_any_store_and_counts_by_kind(any_store: Store) -> None:
