@@ -17,6 +17,12 @@ allows: ``shardline.core.receive``), hashes and writes from it. (Reserving the f
 blocks up front with ``posix_fallocate`` was measured and dropped: a cold first epoch of
 753 MB went from 1.17x to 0.37x a raw GET.)
 
+A download whose bytes do not match is fetched again, up to three times: different wrong
+bytes each time are a fault on the way (the error says the download kept failing); the same
+wrong bytes twice are what the store holds (the error says the shard was modified and how to
+repair it). A full disk evicts cached shards to make room and tries once more, then fails
+naming the folder and ``SHARDLINE_CACHE_DIR``.
+
 The size bound is enforced by least-recently-used eviction after each download (files are
 touched on use). Unlinking a file that a reader still has memory-mapped is safe on POSIX:
 the mapping stays valid; the file is just fetched again when next needed.
@@ -24,10 +30,12 @@ the mapping stays valid; the file is just fetched again when next needed.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import mmap
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -37,7 +45,7 @@ from typing import Any
 
 import xxhash
 
-from shardline.core.errors import StoreError
+from shardline.core.errors import ShardlineError, StoreError
 from shardline.core.manifest import ShardEntry
 from shardline.core.store import Store
 from shardline.trainer.trust import UntrustedInput, check_digest
@@ -46,6 +54,14 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 4 << 20
 _STALE_PART_S = 3600.0
+# Downloads of one shard whose bytes do not match the manifest before giving up (the same
+# wrong bytes twice end it at once: that is the stored object, not the network).
+_ATTEMPTS = 3
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CacheFull(ShardlineError):
+    """The cache's disk is full even after evicting every cached shard."""
 
 
 @dataclass
@@ -154,30 +170,89 @@ class ShardCache:
     def _fetch(self, entry: ShardEntry, path: Path) -> None:
         t0 = time.perf_counter()
         algorithm, expected = expected_digest(entry)
-        for attempt in (1, 2):
+        seen: list[tuple[str, int]] = []
+        for attempt in range(1, _ATTEMPTS + 1):
             tmp = path.with_name(f"{entry.sha256}.{uuid.uuid4().hex[:8]}.part")
             try:
-                digest, size = self._download(entry.path, tmp, algorithm)
+                digest, size = self._download_with_room(entry, tmp, algorithm)
                 if digest == expected and size == entry.bytes:
                     os.replace(tmp, path)
                     break
             finally:
                 tmp.unlink(missing_ok=True)
             log.warning("%s: downloaded %d bytes with %s %s, manifest says %d "
-                        "bytes / %s (attempt %d)", self.store.uri(entry.path), size,
-                        algorithm, digest, entry.bytes, expected, attempt)
+                        "bytes / %s (attempt %d of %d)", self.store.uri(entry.path), size,
+                        algorithm, digest, entry.bytes, expected, attempt, _ATTEMPTS)
+            if (digest, size) in seen:
+                # The same wrong bytes twice: that is what the store holds, not a network
+                # fault. Another download would only repeat them.
+                raise StoreError(
+                    f"{self.store.uri(entry.path)} does not match its manifest entry: two "
+                    f"downloads gave the same {algorithm} {digest}, {size} bytes (expected "
+                    f"{expected}, {entry.bytes} bytes): the stored shard was modified after "
+                    "it was published; re-publish the dataset version (or restore the "
+                    "object), and check what writes under the dataset's prefix")
+            seen.append((digest, size))
         else:
+            got = ", ".join(f"{d[:12]}.. {n} bytes" for d, n in seen)
             raise StoreError(
-                f"{self.store.uri(entry.path)} does not match its manifest entry "
-                f"({algorithm} {digest}, {size} bytes; expected {expected}, {entry.bytes} "
-                "bytes): the published shard was modified; re-publish the dataset version"
-            )
+                f"{self.store.uri(entry.path)}: the download kept failing: {_ATTEMPTS} "
+                f"downloads, each with other bytes ({algorithm}: {got}; expected "
+                f"{expected}, {entry.bytes} bytes): the network or a proxy on the way "
+                "corrupts or cuts responses; the stored shard is not shown to be modified. "
+                "Run again; if it persists, check the path to the object store")
         st = path.stat()
         self._verified[entry.sha256] = (st.st_size, st.st_mtime_ns)
         with self._lock:
             self.stats.fetched += 1
             self.stats.bytes_fetched += size
             self.stats.fetch_seconds += time.perf_counter() - t0
+
+    def _download_with_room(self, entry: ShardEntry, tmp: Path,
+                            algorithm: str) -> tuple[str, int]:
+        """:meth:`_download`; on a full disk, evict cached shards to make room for this one
+        and try once more, then fail naming the folder and the settings that move it."""
+        try:
+            return self._download(entry.path, tmp, algorithm)
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            tmp.unlink(missing_ok=True)
+            freed = self._make_room(entry.bytes)
+            log.warning("shard cache %s: disk full while receiving %s; evicted %d cached "
+                        "shards, trying again", self.root, self.store.uri(entry.path), freed)
+            try:
+                return self._download(entry.path, tmp, algorithm)
+            except OSError as again:
+                if again.errno not in _NO_SPACE:
+                    raise
+                free = shutil.disk_usage(self.root).free
+                raise CacheFull(
+                    f"shard cache {self.root} is out of disk space: {entry.bytes} bytes "
+                    f"needed for {self.store.uri(entry.path)}, {free} free after evicting "
+                    f"{freed} cached shards; point SHARDLINE_CACHE_DIR at a larger volume "
+                    "(or free space there, or lower train.cache_max_gb / "
+                    "SHARDLINE_CACHE_MAX_GB below what the disk holds)") from again
+
+    def _make_room(self, needed: int) -> int:
+        """Evict least recently used shards until ``needed`` bytes are free or none is left;
+        returns how many were evicted."""
+        evicted = 0
+        with self._lock:
+            files = []
+            for p in self.root.glob("*.arrow"):
+                try:
+                    files.append((p.stat().st_mtime_ns, p))
+                except FileNotFoundError:
+                    continue
+            for _, p in sorted(files):
+                if shutil.disk_usage(self.root).free >= needed:
+                    break
+                p.unlink(missing_ok=True)
+                self._verified.pop(p.stem, None)
+                self.stats.evicted += 1
+                evicted += 1
+        return evicted
 
     def _download(self, key: str, tmp: Path, algorithm: str) -> tuple[str, int]:
         """Receive ``key`` into ``tmp``, hashing as it arrives."""
