@@ -141,7 +141,7 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
     """
     import yaml
 
-    from shardline.infra.deployments import upload_prefixes
+    from shardline.infra.deployments import remove_legacy, upload_prefixes
 
     cfg = load_config(spec.config)
     name = cfg.dataset.name
@@ -166,6 +166,9 @@ def deploy(spec: DeploySpec, store: StoreSettings) -> list[str]:
                 _ensure_pool(client, pool)
             _ensure_limit(client, f"train-{name}")
             ensure_pending_automation(client, pending)
+            for old in remove_legacy(client):
+                log.warning("removed the deployment %s (one name for every dataset, from an "
+                            "older shardline); %s's deployments replace it", old, name)
         block = save_credentials_block(store)
         spark_block = save_spark_token_block()
     values = DatasetValues(

@@ -105,23 +105,42 @@ def datasets(api_url: str) -> dict[str, list[DeployedDeployment]]:
     return {ds: sorted(deps, key=lambda x: x.name) for ds, deps in sorted(out.items())}
 
 
+# the fixed names every dataset shared before deployments were per dataset: a stack
+# deployed then still has them (PostgreSQL keeps them across `down`/`up`), and their
+# triggers would start a second run for every upload and publish of that dataset
+LEGACY = ("ingest/ingest-nightly", "ingest/ingest-on-upload", "train/train-on-publish")
+
+
+def _remove(client: Any, names: tuple[str, ...] | list[str]) -> list[str]:
+    from prefect.exceptions import ObjectNotFound
+
+    autos = _automations_by_deployment(client)
+    removed = []
+    for name in names:
+        try:
+            dep = client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            continue
+        for a in autos.get(str(dep.id), []):
+            client.delete_automation(a.id)
+        client.delete_deployment(dep.id)
+        removed.append(name)
+    return removed
+
+
+def remove_legacy(client: Any) -> list[str]:
+    """Delete the deployments of :data:`LEGACY` (and their automations); returns their
+    names. ``shardline deploy`` calls it: the per-dataset deployments replace them."""
+    return _remove(client, LEGACY)
+
+
 def undeploy(dataset: str, api_url: str) -> list[str]:
     """Remove ``dataset``'s deployments, their automations and its training concurrency
     limit; returns the ``flow/deployment`` names removed (empty: nothing was deployed)."""
     from prefect.exceptions import ObjectNotFound
 
-    removed = []
     with client_for(api_url) as client:
-        autos = _automations_by_deployment(client)
-        for name in full_names(dataset):
-            try:
-                dep = client.read_deployment_by_name(name)
-            except ObjectNotFound:
-                continue
-            for a in autos.get(str(dep.id), []):
-                client.delete_automation(a.id)
-            client.delete_deployment(dep.id)
-            removed.append(name)
+        removed = _remove(client, full_names(dataset))
         with contextlib.suppress(ObjectNotFound):
             client.delete_global_concurrency_limit_by_name(f"train-{dataset}")
     return removed

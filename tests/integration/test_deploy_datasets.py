@@ -248,3 +248,20 @@ def test_the_cli_deploys_lists_and_undeploys_one_dataset(
     assert run.exit_code == 0 and "removed ingest/clids-nightly" in run.output, run.output
     run = CliRunner().invoke(app, ["undeploy", "-c", str(cfg)], env=env)
     assert run.exit_code == 0 and "has no deployments" in run.output, run.output
+
+
+def test_deploy_removes_the_deployments_every_dataset_used_to_share(
+        api: str, store_settings: StoreSettings, tmp_path: Path) -> None:
+    """A stack deployed by an older shardline keeps `ingest/ingest-nightly` etc. in its
+    database; left there, their triggers would start a second run per upload."""
+    for flow, name in (("ingest", "ingest-nightly"), ("ingest", "ingest-on-upload"),
+                       ("train", "train-on-publish")):
+        flow_id = httpx.post(f"{api}/flows/", json={"name": flow}, timeout=10).json()["id"]
+        r = httpx.post(f"{api}/deployments/", json={"name": name, "flow_id": flow_id},
+                       timeout=10)
+        assert r.status_code in (200, 201), r.text
+    assert {"ingest-nightly", "ingest-on-upload", "train-on-publish"} <= set(deployments(api))
+    deploy(DeploySpec(dataset_toml(tmp_path, "fresh", "incoming/fresh/"), api), store_settings)
+    deps = set(deployments(api))
+    assert not deps & {"ingest-nightly", "ingest-on-upload", "train-on-publish"}, deps
+    assert {"fresh-nightly", "fresh-on-upload", "fresh-on-publish"} <= deps
