@@ -89,6 +89,10 @@ def launch_worker(cfg: StackConfig, name: str = "worker") -> services.Launch:
     env = worker_env(cfg)
     if name != "worker":
         env["PREFECT_HOME"] = str(cfg.home / name)
+        # a training run lasts minutes: a poll a second is plenty, and halves what this
+        # second worker adds to the server's load (each poll also writes the queue's
+        # last-polled time)
+        env["PREFECT_WORKER_QUERY_SECONDS"] = "1"
     Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
     api = env["PREFECT_API_URL"]
     cmd = [str(services.BIN / "prefect"), "worker", "start", "--pool", pool, "--type",

@@ -138,16 +138,12 @@ def test_status_reports_every_service_alive(stack_a: StackConfig, cli: typer.Typ
         svc = st["services"][name]
         assert svc["alive"] and svc["healthy"], (name, svc)
         assert svc["port"] == stack_a.ports[name] and Path(svc["log"]).is_file()
-    # a worker per pool (ingest: shardline-process, training: shardline-train), and the
-    # status lists the deployed datasets with their deployments
+    # a worker per pool (ingest: shardline-process, training: shardline-train); this stack
+    # was started without deploying: status lists no dataset (test_second_stack_... one)
     assert st["services"]["worker"]["alive"] and st["services"]["train-worker"]["alive"]
     run = CliRunner().invoke(cli, ["status", "--json", "--home", str(stack_a.home)])
     assert run.exit_code == 0, run.output
-    listed = json.loads(run.output)["datasets"]
-    assert [(d["name"], d["work_pool"]) for d in listed["digits"]] == [
-        ("ingest/digits-nightly", "shardline-process"),
-        ("ingest/digits-on-upload", "shardline-process"),
-        ("train/digits-on-publish", "shardline-train")]
+    assert json.loads(run.output)["datasets"] == {}
     saved = json.loads((stack_a.home / "stack.json").read_text())
     assert {"started_at", "bucket", "urls", "services"} <= set(saved)
     state = stack.running_stack(stack_a.home)
@@ -276,7 +272,7 @@ def _deployments_name_no_host_path_and_run(state: stack.StackState) -> None:
 
     project = str(Path(stack.__file__).resolve().parents[1])
     api = state.prefect_api_url
-    deps = httpx.post(f"{api}/deployments/filter", json={}).json()
+    deps = httpx.post(f"{api}/deployments/filter", json={}, timeout=30).json()
     assert sorted(d["name"] for d in deps) == [
         "digits-nightly", "digits-on-publish", "digits-on-upload"]   # named for the dataset
     for d in deps:
@@ -286,10 +282,11 @@ def _deployments_name_no_host_path_and_run(state: stack.StackState) -> None:
         if d["name"] != "digits-on-publish":   # train's config comes from the event
             assert d["parameters"]["config"].startswith("s3://"), d["parameters"]
     nightly = next(d for d in deps if d["name"] == "digits-nightly")
-    run = httpx.post(f"{api}/deployments/{nightly['id']}/create_flow_run", json={}).json()
+    run = httpx.post(f"{api}/deployments/{nightly['id']}/create_flow_run", json={},
+                     timeout=30).json()
     deadline, state_type = time.monotonic() + 240, None
     while time.monotonic() < deadline:
-        state_type = httpx.get(f"{api}/flow_runs/{run['id']}").json()["state"]["type"]
+        state_type = httpx.get(f"{api}/flow_runs/{run['id']}", timeout=30).json()["state"]["type"]
         if state_type in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
             break
         time.sleep(1)
@@ -322,6 +319,12 @@ def test_second_stack_runs_beside_the_first(stack_a: StackConfig, stacks: Stacks
     assert {s.pid for s in state_a.services.values()}.isdisjoint(
         s.pid for s in state_b.services.values())
     _deployments_name_no_host_path_and_run(state_b)
+    run = CliRunner().invoke(cli, ["status", "--json", "--home", str(home_b)])
+    assert run.exit_code == 0, run.output
+    assert [(d["name"], d["work_pool"]) for d in json.loads(run.output)["datasets"]["digits"]
+            ] == [("ingest/digits-nightly", "shardline-process"),
+                  ("ingest/digits-on-upload", "shardline-process"),
+                  ("train/digits-on-publish", "shardline-train")]
     s3(state_b).put_object(Bucket="other-bucket", Key="only-in-b", Body=b"b")
     names_a = [b["Name"] for b in s3(state_a).list_buckets()["Buckets"]]
     assert "other-bucket" not in names_a
