@@ -15,7 +15,7 @@ from prefect.tasks import exponential_backoff
 
 from shardline.core.config import DatasetConfig, SparkSettings, StoreSettings
 from shardline.core.errors import StoreError, is_transient
-from shardline.core.manifest import Manifest, list_versions, read_manifest
+from shardline.core.manifest import Manifest, recent_manifests
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.converted import Converted
@@ -98,5 +98,4 @@ def publish_stage(cfg: DatasetConfig, store: StoreSettings, conv: Converted,
 
 @stage_task("load-versions")
 def load_versions(cfg: DatasetConfig, store: StoreSettings, last: int = 20) -> list[Manifest]:
-    s = ObjectStore(store)
-    return [read_manifest(s, cfg.prefix, v) for v in list_versions(s, cfg.prefix)[-last:]]
+    return recent_manifests(ObjectStore(store), cfg.prefix, last)

@@ -9,9 +9,11 @@ only; the ``Manifest`` reads what it references when first used.
 
 from __future__ import annotations
 
+import contextlib
+
 from shardline.core import layout
 from shardline.core.errors import ObjectExists, StoreError
-from shardline.core.latest import broken, latest_version, list_versions
+from shardline.core.latest import VersionChainBroken, broken, latest_version, list_versions
 from shardline.core.manifest_view import Manifest
 from shardline.core.parts import (
     BatchEntry,
@@ -23,7 +25,7 @@ from shardline.core.parts import (
 )
 from shardline.core.provenance import code_version, now_iso
 from shardline.core.store import Store
-from shardline.core.version_doc import decode
+from shardline.core.version_doc import UnsupportedFormat, decode
 
 
 def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
@@ -62,6 +64,17 @@ def latest_manifest(store: Store, prefix: str) -> Manifest | None:
     return None if latest is None else read_manifest(store, prefix, latest)
 
 
+def recent_manifests(store: Store, prefix: str, last: int) -> list[Manifest]:
+    """Up to the ``last`` latest versions, oldest first, found from the latest (no listing);
+    for views: a version whose document is gone or in an older format is left out."""
+    latest = latest_version(store, prefix) or 0
+    out = []
+    for v in range(max(1, latest - last + 1), latest + 1):
+        with contextlib.suppress(UnsupportedFormat, VersionChainBroken):
+            out.append(read_manifest(store, prefix, v))
+    return out
+
+
 def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
     """``version`` or the latest; raises naming the dataset prefix when there is none."""
     m = latest_manifest(store, prefix) if version is None else \
@@ -74,5 +87,5 @@ def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
 __all__ = [
     "BatchEntry", "Manifest", "ObjectExists", "QuarantineView", "SchemaInfo", "ShardEntry",
     "SourceEntry", "code_version", "content_digests", "latest_manifest",
-    "list_versions", "now_iso", "read_manifest", "resolve_version",
+    "list_versions", "now_iso", "read_manifest", "recent_manifests", "resolve_version",
 ]

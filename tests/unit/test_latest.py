@@ -5,6 +5,8 @@ whatever the history."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shardline.core import layout
@@ -17,7 +19,13 @@ from shardline.core.latest import (
     list_versions,
     read_hint,
 )
-from shardline.core.manifest import Manifest, latest_manifest, read_manifest, resolve_version
+from shardline.core.manifest import (
+    Manifest,
+    latest_manifest,
+    read_manifest,
+    recent_manifests,
+    resolve_version,
+)
 from shardline.core.parts import ValidationSummary
 from shardline.core.store import ObjectStore
 from tests.unit.manifest_fixtures import PREFIX, SCHEMA, new_batch
@@ -118,3 +126,15 @@ def test_reading_latest_and_publishing_cost_the_same_requests_at_any_history(
     print("requests (latest + publish):", costs)
     assert costs[2] == costs[25], costs
     assert sum(costs[2].values()) <= 16, costs
+
+
+def test_recent_versions_are_found_without_listing_and_skip_what_cannot_be_read(
+        store: ObjectStore) -> None:
+    _history(store, 5)
+    store.delete([layout.version_key(PREFIX, 3)])                         # a hole
+    key = layout.version_key(PREFIX, 2)
+    store.put_json(key, {**json.loads(store.get_bytes(key)), "format": 2})  # not migrated
+    measured = CountingStore(store)
+    assert [m.version for m in recent_manifests(measured, PREFIX, 4)] == [4, 5]
+    assert measured.counts.n("list") == 0
+    assert [m.version for m in recent_manifests(store, PREFIX, 1)] == [5]
