@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from shardline.core.config import DatasetConfig, SparkSettings
 from shardline.core.manifest import Manifest, latest_manifest
-from shardline.core.store import ObjectStore, Store
+from shardline.core.store import Store
 from shardline.tasks import setaside
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.converted import Converted
@@ -64,9 +64,8 @@ def plain(store: Store, cfg: DatasetConfig, spark: SparkSettings | None = None, 
     ``convert_options``: ``tasks``, ``min_task_bytes``."""
     def convert_(batch: Batch, run_id: str) -> Converted:
         base = latest() if latest else latest_manifest(store, cfg.prefix)
-        # Spark's tasks reach the bucket from store.settings: an S3 store (or a wrapper of one)
-        return convert(cast(ObjectStore, store), cfg, spark or SparkSettings.from_env(),
-                       batch, run_id, base, **convert_options)
+        return convert(store, cfg, spark or SparkSettings.from_env(), batch, run_id, base,
+                       **convert_options)
 
     def strike_validate(conv: Converted, report: ValidationReport) -> None:
         rows = conv.iter_rows(store, columns=["source_key", "status", "rule"])
