@@ -26,6 +26,7 @@ from shardline.core.errors import (
     ServiceUnavailable,
     WorkerStoreError,
     is_transient,
+    source_replaced,
 )
 from shardline.tasks.driver_stages import Ingested, Stages
 from shardline.tasks.validate import require_success
@@ -108,18 +109,22 @@ def _attempt(stages: Stages, run_id: str, n: int) -> Ingested | None:
 
 def until_published(attempt: Callable[[int], T], attempts: int = 8, backoff_s: float = 1.0,
                     seed: int | None = None, log: Log = _log) -> T:
-    """``attempt(i)`` until it does not lose a race: on :class:`PublishConflict` wait
-    (exponential backoff with jitter) and run it again; other errors go up at once."""
+    """``attempt(i)`` until it does not lose a race: on :class:`PublishConflict`, or a
+    source replaced while it was read (:func:`source_replaced`: detect then lists the
+    replacement as a new upload), wait (exponential backoff with jitter) and run it again;
+    other errors go up at once."""
     rng = random.Random(seed)
     for i in range(attempts):
         try:
             return attempt(i)
-        except PublishConflict as exc:
-            if i == attempts - 1:
+        except Exception as exc:
+            lost = isinstance(exc, PublishConflict)
+            if not (lost or source_replaced(exc)) or i == attempts - 1:
                 raise
             delay = min(backoff_s * 2 ** i, 30.0) * rng.uniform(0.5, 1.5)
-            log.warning("attempt %d lost a publish race (%s); re-detecting in %.1fs",
-                        i + 1, str(exc)[:200], delay)
+            log.warning("attempt %d %s (%s); re-detecting in %.1fs", i + 1,
+                        "lost a publish race" if lost else "found a source replaced during "
+                        "ingest", str(exc)[:300], delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 

@@ -51,21 +51,39 @@ class ObjectChanged(PermanentStoreError):
     """A compare-and-swap write (If-Match) found a different ETag; re-read, then retry."""
 
 
+class SourceReplaced(ObjectChanged):
+    """An incoming object was replaced (another ETag) after detect listed it: its listed
+    version is gone, so nothing of it is published; the run detects again and converts the
+    new object as a new upload. Never the source's fault: no strike."""
+
+
 class WorkerStoreError(StoreError):
     """A store error raised inside a Spark task (transient, or a source that changed while
     it was read): the run's environment failed, not its batch. Spark hands the driver only
     the task's traceback as text; :func:`worker_store_error` types it again, at that one
     boundary. The task's store already retried each call, so the stage is not retried
-    (not transient)."""
+    (not transient). ``replaced``: the task found a source replaced during ingest."""
+
+    replaced: bool = False
 
 
 def worker_store_error(exc: BaseException) -> WorkerStoreError | None:
     """The store error a Spark task raised, as a :class:`WorkerStoreError` (None: the task
     failed for another reason). Reads the text of Spark's exception: nothing else crosses."""
     for line in reversed(str(exc).splitlines()):    # the exception's line ends a traceback
+        if "SourceReplaced" in line:
+            err = WorkerStoreError(f"a Spark task found a source {line.strip()[:500]}")
+            err.replaced = True
+            return err
         if "TransientStoreError" in line or "ObjectChanged" in line:
             return WorkerStoreError(f"a Spark task failed on the store: {line.strip()[:500]}")
     return None
+
+
+def source_replaced(exc: BaseException) -> bool:
+    """Did the run fail because an incoming object was replaced while it was read (in the
+    driver, or inside a Spark task)?"""
+    return isinstance(exc, SourceReplaced) or bool(getattr(exc, "replaced", False))
 
 
 class ServiceUnavailable(ShardlineError):
@@ -110,7 +128,7 @@ def is_transient(exc: BaseException | None) -> bool:
 
 __all__ = [
     "ConfigError", "ObjectChanged", "ObjectExists", "PermanentStoreError", "PublishConflict",
-    "SchemaChange",
-    "ServiceUnavailable", "ShardlineError", "StoreError", "TransientStoreError",
-    "ValidationFailed", "WorkerStoreError", "is_transient", "worker_store_error",
+    "SchemaChange", "ServiceUnavailable", "ShardlineError", "SourceReplaced", "StoreError",
+    "TransientStoreError", "ValidationFailed", "WorkerStoreError", "is_transient",
+    "source_replaced", "worker_store_error",
 ]

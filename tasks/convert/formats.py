@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from shardline.core.config import DatasetConfig
+from shardline.core.errors import ObjectChanged
 from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.limits import limits_for
@@ -33,6 +34,7 @@ from shardline.tasks.convert.readers import (
     read_parquet,
     read_parquet_slice,
     read_zarr,
+    replaced_during_ingest,
 )
 from shardline.tasks.convert.split import Part, split_jsonl, split_parquet
 
@@ -66,7 +68,10 @@ def whole_object(parse: Parser) -> Reader:
                              f"the object is {src.size} bytes; whole-object reads are limited "
                              f"to {limit} (limits.max_object_bytes): split it into smaller "
                              "objects")
-        data = store.get_bytes(src.key)
+        try:    # pinned to the version detect listed: a replacement is never read as it
+            data = store.get_bytes(src.key, if_match=src.etag or None)
+        except ObjectChanged as exc:
+            raise replaced_during_ingest(src, str(exc)) from exc
         if len(data) != src.size:
             raise Unreadable("truncated_file",
                              f"read {len(data)} bytes but the listing said {src.size}")

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import ObjectChanged, StoreError
+from shardline.core.errors import ObjectChanged, SourceReplaced, StoreError
 from shardline.core.json_depth import json_depth_exceeds
 from shardline.core.ranged import RangedObject
 from shardline.core.store import Store
@@ -54,10 +54,19 @@ from shardline.tasks.convert.zarr_typed import _raise_if_environment, read_zarr_
 ZARR_CHUNK_ROWS = 4096
 
 
-def _changed(part: Part, exc: ObjectChanged) -> ObjectChanged:
-    return ObjectChanged(
-        f"{exc}. It changed while convert read it in slices ({part.describe()}); nothing of "
-        "this run is published: re-run the ingest, which lists the new upload as a new source")
+def replaced_during_ingest(src: Source, detail: str) -> SourceReplaced:
+    """The error for an incoming object replaced after detect listed it (a read pinned to
+    the listed ETag found another): nothing of this batch is published and the run detects
+    again, converting the replacement as a new upload; no strike, no quarantine row."""
+    return SourceReplaced(
+        f"{src.key} was replaced during ingest (listed with ETag {src.etag}, {src.size} "
+        f"bytes; another version is there now) {detail}; the run detects it again as a "
+        "new upload")
+
+
+def _changed(part: Part, exc: ObjectChanged) -> SourceReplaced:
+    return replaced_during_ingest(part.source, f"while convert read it in slices "
+                                  f"({part.describe()}): {exc}")
 
 
 def read_jsonl_slice(store: Store, part: Part, cfg: DatasetConfig
