@@ -37,10 +37,13 @@ from shardline.tasks.convert.readers import (
     replaced_during_ingest,
 )
 from shardline.tasks.convert.split import Part, split_jsonl, split_parquet
+from shardline.tasks.convert.typed_readers import read_npy
+from shardline.tasks.convert.zarr_typed import read_zarr_typed, split_zarr
 
 Reader = Callable[[Store, Part, DatasetConfig], Iterator[Record | Problem]]
 Parser = Callable[[bytes, Source, DatasetConfig], Iterator[Record | Problem]]
-Splitter = Callable[[Store, Source, int], tuple[Part, ...]]
+# (store, source, pieces, the dataset's config or None) -> slices
+Splitter = Callable[[Store, Source, int, DatasetConfig | None], tuple[Part, ...]]
 
 UNKNOWN = "unknown"
 
@@ -88,6 +91,11 @@ def _zarr_group(store: Store, part: Part, cfg: DatasetConfig
     return read_zarr(store, part.source, cfg)
 
 
+def _zarr_slice(store: Store, part: Part, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    assert part.stop is not None
+    return read_zarr_typed(store, part.source, cfg, rows=(part.start, part.stop))
+
+
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("jsonl", (".jsonl", ".ndjson", ".json"), whole_object(read_jsonl), ".jsonl",
            read_slice=read_jsonl_slice, split=split_jsonl),
@@ -95,9 +103,13 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("csv", (".csv",), whole_object(read_csv), ".csv"),
     Format("parquet", (".parquet", ".pq"), whole_object(read_parquet), ".parquet",
            read_slice=read_parquet_slice, split=split_parquet),
-    Format("image", (".png", ".jpg", ".jpeg"), whole_object(read_image_file),
-           ".png/.jpg (ImageFolder)"),
-    Format("zarr", (".zarr",), _zarr_group, "a .zarr group", group=True),
+    # .tif/.webp decode for typed image fields only (the shorthand's images are PNG/JPEG)
+    Format("image", (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp"),
+           whole_object(read_image_file), ".png/.jpg (ImageFolder)"),
+    Format("zarr", (".zarr",), _zarr_group, "a .zarr group", group=True,
+           read_slice=_zarr_slice, split=split_zarr),
+    # A tensor per object (typed fields): <class>/<stem>.npy, one sample or N on axis 0.
+    Format("npy", (".npy",), whole_object(read_npy), ".npy (a tensor field)"),
 )}
 
 

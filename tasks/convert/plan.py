@@ -9,6 +9,7 @@ import heapq
 import logging
 from collections.abc import Sequence
 
+from shardline.core.config import DatasetConfig
 from shardline.core.store import Store
 from shardline.tasks.batch import Batch, Source
 from shardline.tasks.convert.formats import splitter
@@ -61,11 +62,13 @@ def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MI
 
 
 def plan_parts(store: Store, sources: Sequence[Source], tasks: int,
-               min_task_bytes: int = MIN_TASK_BYTES) -> tuple[Part, ...]:
+               min_task_bytes: int = MIN_TASK_BYTES, cfg: DatasetConfig | None = None
+               ) -> tuple[Part, ...]:
     """The units of work for ``tasks`` tasks: whole sources, and slices of the large objects
     :func:`slice_counts` picks, so that one large upload keeps every core busy. The driver
     reads each object it cuts once (JSONL, streamed) or only its footer (Parquet), see
-    ``split``; an object it cannot plan stays whole."""
+    ``split``; an object it cannot plan stays whole. A Zarr group is cut only with ``cfg``
+    (typed fields: which arrays and sample axes)."""
     parts: list[Part] = []
     for src, pieces in zip(sources, slice_counts(sources, tasks, min_task_bytes), strict=True):
         if pieces < 2:
@@ -73,7 +76,7 @@ def plan_parts(store: Store, sources: Sequence[Source], tasks: int,
             continue
         split = splitter(src.format)
         assert split is not None   # slice_counts cuts only formats with a splitter
-        sliced = split(store, src, pieces)
+        sliced = split(store, src, pieces, cfg)
         if len(sliced) > 1:
             log.info("%s: %d bytes in %d slices (%s)", src.key, src.size, len(sliced),
                      ", ".join(f"{p.start}..{p.stop} from row {p.first_row}" for p in sliced))

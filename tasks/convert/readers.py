@@ -49,7 +49,11 @@ from shardline.tasks.convert.typed_readers import (
     typed_parquet_records,
 )
 from shardline.tasks.convert.values import ABSENT
-from shardline.tasks.convert.zarr_typed import _raise_if_environment, read_zarr_typed
+from shardline.tasks.convert.zarr_typed import (
+    _raise_if_environment,
+    chunks_present,
+    read_zarr_typed,
+)
 
 ZARR_CHUNK_ROWS = 4096
 
@@ -336,10 +340,18 @@ def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
                          f"{type(exc).__name__}: {exc}") from exc
     n = images.shape[0]
     if labels.shape[0] != n or (ids is not None and ids.shape[0] != n):
-        raise Unreadable("unreadable_object",
+        raise Unreadable("length_mismatch",
                          f"array lengths differ: images {n}, labels {labels.shape[0]}"
                          + (f", ids {ids.shape[0]}" if ids is not None else ""))
     bad_layout = images.ndim != 4 or images.dtype != np.uint8
+    # A chunk absent from the store would read as fill values (zeros): prove the rows.
+    arrays = {"images": images, "labels": labels, **({"ids": ids} if ids is not None else {})}
+    ok = {k: chunks_present(store, src, a) for k, a in arrays.items()} if n else {}
+    empty = [k for k, v in ok.items() if not v.any()]
+    if empty:
+        raise Unreadable("missing_chunk", f"array {empty[0]!r} declares {n} rows but none of "
+                         "its chunks is in the store (Zarr would read fill values): upload "
+                         "the chunks")
     stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
     for start in range(0, n, ZARR_CHUNK_ROWS):
         stop = min(n, start + ZARR_CHUNK_ROWS)
@@ -354,6 +366,13 @@ def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
             i = start + j
             rid = (idv[j].item() if hasattr(idv[j], "item") else idv[j]) if idv is not None \
                 else f"{stem}-{i:07d}"
+            gap = next((k for k, v in ok.items()
+                        if not v[i // arrays[k].chunks[0]]), None)
+            if gap is not None:
+                yield Problem(i, "missing_chunk", f"row {i}: array {gap!r} has no chunk "
+                              f"{i // arrays[gap].chunks[0]} in the store; the row is not "
+                              "read as fill values: upload the chunk", id=rid)
+                continue
             if bad_layout:
                 yield Problem(i, "wrong_shape",
                               f"images array is {images.dtype}{list(images.shape)}; expected "

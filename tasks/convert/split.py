@@ -14,6 +14,8 @@ ledger still name whole objects, and every row keeps the ``source_row`` it has u
   row is the number of rows in the row groups before it. A task reads one row group at a
   time; one that does not decode has its rows quarantined one by one (unsliced, pyarrow
   reads the file all or nothing, and the object is one ``unreadable_object`` row).
+- A Zarr group (typed fields) is cut between whole chunks of the sample axis, after the
+  driver has proven its layout from the metadata alone (``zarr_typed.split_zarr``).
 - CSV is never cut: a quoted field may hold a newline, so only a parse from the start of
   the object knows where a record begins.
 
@@ -67,7 +69,7 @@ class Part:
     def describe(self) -> str:
         if self.whole:
             return self.key
-        unit = "bytes" if self.source.format == "jsonl" else "row groups"
+        unit = {"jsonl": "bytes", "zarr": "rows"}.get(self.source.format, "row groups")
         return f"{self.key} ({unit} {self.start}..{self.stop}, first row {self.first_row})"
 
 
@@ -123,7 +125,8 @@ def jsonl_parts(src: Source, etag: str, cuts: Sequence[tuple[int, int]]) -> tupl
                  for (a, first), (b, _) in zip(bounds, bounds[1:], strict=False))
 
 
-def split_jsonl(store: Store, src: Source, pieces: int) -> tuple[Part, ...]:
+def split_jsonl(store: Store, src: Source, pieces: int, cfg: object = None
+                ) -> tuple[Part, ...]:
     """Cut a JSONL object into about ``pieces`` slices of similar size (one streamed read)."""
     targets = [src.size * j // pieces for j in range(1, pieces)]
     try:
@@ -162,7 +165,8 @@ def row_group_parts(src: Source, etag: str, groups: Sequence[tuple[int, int]], p
     return tuple(parts)
 
 
-def split_parquet(store: Store, src: Source, pieces: int) -> tuple[Part, ...]:
+def split_parquet(store: Store, src: Source, pieces: int, cfg: object = None
+                  ) -> tuple[Part, ...]:
     """Cut a Parquet object into about ``pieces`` row-group ranges (reads the footer only)."""
     try:
         etag = src.etag

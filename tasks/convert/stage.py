@@ -72,7 +72,7 @@ def convert(store: Store, cfg: DatasetConfig, spark_settings: SparkSettings,
         tasks = useful_tasks(batch.bytes, spark_sessions.default_parallelism(
             spark_sessions.get_session(spark_settings)), min_task_bytes)
     t_session = time.perf_counter()
-    parts = plan_parts(store, batch.sources, tasks, min_task_bytes)
+    parts = plan_parts(store, batch.sources, tasks, min_task_bytes, cfg)
     job = ConvertJob(cfg, store, run_id, plan_groups(parts, tasks))
     t_plan = time.perf_counter()
     meta = run_spark(job, spark_settings)

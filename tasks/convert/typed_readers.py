@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+import io
+import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from shardline.core.config import DatasetConfig
+from shardline.tasks.batch import Source
 from shardline.tasks.convert.limits import excerpt
 from shardline.tasks.convert.records import Problem, Record, Unreadable
 from shardline.tasks.convert.values import ABSENT
@@ -73,3 +77,33 @@ def image_file_record(cfg: DatasetConfig, stem: str, label: Any, data: bytes) ->
     require_columns(cfg, [cfg.source_column(image), cfg.source_column(cfg.target_spec.name)],
                     "an image file holds only")
     return Record(0, stem, label, None, values={image: data})
+
+
+def read_npy(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | Problem]:
+    """An ``.npy`` object in the ImageFolder layout (``<prefix>/<class>/<stem>.npy``) filling
+    the dataset's first tensor (or image) field: one sample of the field's shape (id
+    ``<stem>``), or ``N`` samples stacked on axis 0 (ids ``<stem>-<i>``, rows ``i``)."""
+    name = next((n for n, s in cfg.field_specs if s.kind in ("tensor", "image")), None)
+    if not cfg.typed or name is None:
+        raise Unreadable("unreadable_object", "an .npy object needs a dataset with a tensor "
+                         "or image field ([dataset.fields.<name>] kind = \"tensor\")")
+    spec = dict(cfg.field_specs)[name]
+    parts = src.key.split("/")
+    label = parts[-2] if len(parts) >= 2 else None
+    stem = posixpath.splitext(parts[-1])[0]
+    require_columns(cfg, [cfg.source_column(name), cfg.source_column(cfg.target_spec.name)],
+                    "an .npy object holds only")
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise Unreadable("unreadable_object", f"not a readable .npy array: {exc}") from exc
+    shape = tuple(spec.shape)
+    if arr.shape == shape:
+        yield Record(0, stem, label, None, values={name: arr})
+    elif arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
+        for i in range(arr.shape[0]):
+            yield Record(i, f"{stem}-{i:06d}", label, None, values={name: arr[i]})
+    else:
+        raise Unreadable("wrong_shape", f"the array is {arr.dtype}{list(arr.shape)}; field "
+                         f"{name!r} declares {list(shape)} per sample (one sample, or N "
+                         "samples on axis 0)")

@@ -33,6 +33,7 @@ from shardline.core.field_arrow import storage_dtype
 from shardline.core.store import Store
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.records import Problem, Record, Unreadable
+from shardline.tasks.convert.split import Part
 from shardline.tasks.convert.typed_readers import require_columns
 
 BLOCK_BYTES = 32 << 20     # rows read at once, over all arrays (rounded to whole chunks)
@@ -145,23 +146,24 @@ def _check_layout(cfg: DatasetConfig, cols: list[_Col]) -> int:
     return next(iter(lengths.values()))
 
 
-def _chunks_present(store: Store, src: Source, c: _Col) -> np.ndarray:
-    """Per chunk index along the sample axis: whether every chunk (every position on the
-    other axes) exists in the store."""
-    arr = c.array
+def chunks_present(store: Store, src: Source, arr: Any, axis: int = 0) -> np.ndarray:
+    """Per chunk index along ``axis`` (the sample axis) of ``arr`` (a zarr.Array of the group
+    ``src``): whether every chunk of it (every position on the other axes) exists in the
+    store. One listing of the array's keys; Zarr itself would read absent ones as fill."""
     prefix = f"{src.key.rstrip('/')}/{arr.path.strip('/')}/"
     present = {o.key[len(prefix):] for o in store.list(prefix)}
     grid = tuple(-(-s // k) for s, k in zip(arr.shape, arr.shards or arr.chunks, strict=True))
     encode = arr.metadata.encode_chunk_key
-    ok = np.ones(grid[c.axis] if grid else 1, bool)
+    ok = np.ones(grid[axis] if grid else 1, bool)
     for coords in itertools.product(*(range(g) for g in grid)):
         if encode(coords) not in present:
-            ok[coords[c.axis] if grid else 0] = False
+            ok[coords[axis] if grid else 0] = False
     return ok
 
 
-def read_zarr_typed(store: Store, src: Source, cfg: DatasetConfig
-                    ) -> Iterator[Record | Problem]:
+def _proven(store: Store, src: Source, cfg: DatasetConfig, whole: bool
+            ) -> tuple[list[_Col], int]:
+    """The group's columns and length, its layout proven (see the module docstring)."""
     group = _open(store, src)
     cols = _columns(cfg, group)
     n = _check_layout(cfg, cols)
@@ -169,18 +171,48 @@ def read_zarr_typed(store: Store, src: Source, cfg: DatasetConfig
         raise Unreadable("empty_object", "the group's arrays hold 0 samples")
     for c in cols:
         if not c.fill:
-            c.ok = _chunks_present(store, src, c)
-            if not c.ok.any():
+            c.ok = chunks_present(store, src, c.array, c.axis)
+            if whole and not c.ok.any():
                 raise Unreadable("missing_chunk", f"array {c.column!r} declares {n} samples "
                                  "but none of its chunks is in the store (Zarr would read "
                                  "fill values): upload the chunks, or declare missing_chunks "
                                  "= \"fill_value\" if that is what they mean")
+    return cols, n
+
+
+def read_zarr_typed(store: Store, src: Source, cfg: DatasetConfig,
+                    rows: tuple[int, int] | None = None) -> Iterator[Record | Problem]:
+    """The group's rows (``rows``: only ``[start, stop)``, a slice ``split_zarr`` planned)."""
+    cols, n = _proven(store, src, cfg, whole=rows is None)
+    lo, hi = rows if rows is not None else (0, n)
     stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
     row_bytes = sum(int(np.prod(c.sample_shape())) * c.array.dtype.itemsize for c in cols)
     unit = max(c.chunk_rows for c in cols)
     step = unit * max(1, BLOCK_BYTES // max(row_bytes * unit, 1))
-    for start in range(0, n, step):
-        yield from _block(cfg, cols, start, min(n, start + step), stem)
+    for start in range(lo, min(hi, n), step):
+        yield from _block(cfg, cols, start, min(hi, n, start + step), stem)
+
+
+def split_zarr(store: Store, src: Source, pieces: int, cfg: DatasetConfig | None = None
+               ) -> tuple[Part, ...]:
+    """Cut a group into about ``pieces`` row ranges of whole sample-axis chunks, after
+    proving its layout from the metadata and the chunk listing (in the driver: no chunk is
+    read). A group that is not proven, or the shorthand's, stays whole: its task then
+    reports it once, as without splitting."""
+    whole = (Part.of(src),)
+    if cfg is None or not cfg.typed or pieces < 2:
+        return whole
+    try:
+        cols, n = _proven(store, src, cfg, whole=True)
+    except Unreadable:
+        return whole
+    unit = max(c.chunk_rows for c in cols)
+    chunks = -(-n // unit)
+    bounds = sorted({min(n, unit * (chunks * j // pieces)) for j in range(pieces + 1)})
+    if len(bounds) < 3:
+        return whole
+    return tuple(Part(src, max(1, src.size * (b - a) // n), start=a, stop=b, first_row=a,
+                      etag=src.etag) for a, b in zip(bounds, bounds[1:], strict=False))
 
 
 def _block(cfg: DatasetConfig, cols: list[_Col], start: int, stop: int, stem: str
@@ -204,13 +236,16 @@ def _block(cfg: DatasetConfig, cols: list[_Col], start: int, stop: int, stem: st
                           "not read as fill values. Upload the chunk, or declare "
                           f"missing_chunks = \"fill_value\" for {field!r}", id=rid)
             continue
-        label = data[by_name[t.name].column][j]
-        values = {c.name: _item(data[c.column][j]) for c in cols if c.name and c.name != t.name}
-        yield Record(i, rid, _item(label), None, values=values)
+        label = _item(data[by_name[t.name].column][j], copy=True)
+        # a copy: a view would keep the whole block alive as long as any of its rows waits
+        # in a shard buffer (held-out rows wait longest), i.e. most of the store
+        values = {c.name: _item(data[c.column][j], copy=True) for c in cols
+                  if c.name and c.name != t.name}
+        yield Record(i, rid, label, None, values=values)
 
 
-def _item(v: Any) -> Any:
-    """A 0-d value as a Python scalar; arrays (a sample's tensor) as they are."""
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        return v.item()
+def _item(v: Any, copy: bool = False) -> Any:
+    """A 0-d value as a Python scalar; arrays (a sample's tensor) as they are, or copied."""
+    if isinstance(v, np.ndarray):
+        return v.item() if v.ndim == 0 else (v.copy() if copy else v)
     return v.item() if isinstance(v, np.generic) else v

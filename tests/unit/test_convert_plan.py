@@ -154,7 +154,7 @@ def test_row_group_parts_balance_bytes_and_number_rows_from_the_file_start():
     assert row_group_parts(src, "e", groups[:1], 4) == (Part.of(src),)
 
 
-def test_only_large_jsonl_and_parquet_objects_are_sliced_when_sources_are_few():
+def test_only_large_jsonl_parquet_zarr_objects_are_sliced_when_sources_are_few():
     mb = 1 << 20
     big = Source("big.jsonl", "e", 160 * mb, "jsonl")
     # enough sources for the tasks: nothing is cut, however large
@@ -168,9 +168,11 @@ def test_only_large_jsonl_and_parquet_objects_are_sliced_when_sources_are_few():
     assert slice_counts((big, small), 4) == [4, 1]
     assert slice_counts((Source("m.jsonl", "e", 20 * mb, "jsonl"),), 4) == [3]
     assert slice_counts((Source("m.jsonl", "e", 20 * mb, "jsonl"),), 4, min_task_bytes=1) == [4]
-    # CSV (newlines inside quoted fields), images and Zarr are never cut
-    for fmt in ("csv", "image", "zarr", "unknown"):
+    # CSV (newlines inside quoted fields) and images are never cut; a Zarr group may be
+    # (zarr_typed.split_zarr: typed groups only, between whole chunks)
+    for fmt in ("csv", "image", "unknown"):
         assert slice_counts((Source("x", "e", 160 * mb, fmt),), 4) == [1]
+    assert slice_counts((Source("g.zarr/", "e", 160 * mb, "zarr"),), 4) == [4]
     assert slice_counts((Source("p.parquet", "e", 160 * mb, "parquet"),), 4) == [4]
 
 

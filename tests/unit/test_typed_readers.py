@@ -7,13 +7,18 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from shardline.core.config import parse_config
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.readers import Record, Unreadable, read_csv, read_jsonl, read_parquet
+from shardline.tasks.convert.rows import RowError
+from shardline.tasks.convert.typed_readers import read_npy
+from shardline.tasks.convert.typed_rows import TypedNormaliser
 from shardline.tasks.convert.values import ABSENT
 
 CFG = parse_config({"dataset": {"name": "t", "incoming": "i/", "fields": {
@@ -61,3 +66,39 @@ def test_csv_and_parquet_without_a_declared_column():
     pq.write_table(pa.table({"id": ["a"], "x": [[1.0, 2.0]]}), buf)
     with pytest.raises(Unreadable, match="column 'y'"):
         list(read_parquet(buf.getvalue(), SRC, CFG))
+
+
+def test_npy_objects_one_sample_or_stacked():
+    cfg = parse_config({"dataset": {"name": "n", "incoming": "i/", "classes": ["a", "b"],
+                                    "fields": {"x": {"kind": "tensor", "dtype": "int16",
+                                                     "shape": [3]}}}}).dataset
+    src = Source(key="i/b/s1.npy", etag="e", size=1, format="npy")
+
+    def npy(arr: np.ndarray) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        return buf.getvalue()
+
+    one = list(read_npy(npy(np.arange(3, dtype=np.int16)), src, cfg))
+    assert [(r.id, r.label, r.values["x"].tolist()) for r in one] == [("s1", "b", [0, 1, 2])]
+    many = list(read_npy(npy(np.zeros((4, 3), np.int16)), src, cfg))
+    assert [r.id for r in many] == [f"s1-{i:06d}" for i in range(4)]
+    with pytest.raises(Unreadable, match=r"declares \[3\] per sample"):
+        list(read_npy(npy(np.zeros((4, 2), np.int16)), src, cfg))
+
+
+def test_mask_target_from_png_and_lists():
+    cfg = parse_config({"dataset": {"name": "m", "incoming": "i/", "classes": ["bg", "a", "b"],
+                                    "fields": {"img": {"kind": "image", "shape": [4, 4, 1]}},
+                                    "target": {"kind": "mask", "shape": [4, 4]}}}).dataset
+    norm = TypedNormaliser(cfg)
+    mask = np.array([[0, 1, 2, 1]] * 4, np.uint8)
+    png = io.BytesIO()
+    Image.fromarray(mask).save(png, "PNG")
+    img = np.zeros((4, 4, 1), np.uint8)
+    for value in (png.getvalue(), mask.tolist(), mask):
+        row = norm.normalise("r", value, {"img": img})
+        assert row.target.dtype == np.uint8 and (row.target == mask).all()
+    with pytest.raises(RowError, match="outside 0..2") as e:
+        norm.normalise("r", (mask * 2).tolist(), {"img": img})
+    assert e.value.rule == "unknown_label"
