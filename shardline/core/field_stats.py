@@ -20,13 +20,12 @@ import numpy as np
 def array_stats(block: np.ndarray, channel_axis: int | None) -> dict[str, Any]:
     """Statistics of ``block`` (rows first) per channel along ``channel_axis`` (None: one)."""
     a = np.asarray(block)
-    if channel_axis is None:
-        a = a.reshape(1, -1)
-    else:
-        a = np.moveaxis(a, channel_axis, 0).reshape(a.shape[channel_axis], -1)
+    # one channel at a time (a copy of that channel only, never of the whole block)
+    channels = [a.reshape(-1)] if channel_axis is None else \
+        (np.take(a, c, axis=channel_axis).reshape(-1) for c in range(a.shape[channel_axis]))
     out: dict[str, list[float]] = {k: [] for k in ("count", "nan", "sum", "sumsq", "min",
                                                     "max")}
-    for ch in a:
+    for ch in channels:
         if ch.dtype.kind == "f":
             fin = np.isfinite(ch)
             vals = ch[fin].astype(np.float64)
