@@ -346,7 +346,9 @@ def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
     bad_layout = images.ndim != 4 or images.dtype != np.uint8
     # A chunk absent from the store would read as fill values (zeros): prove the rows.
     arrays = {"images": images, "labels": labels, **({"ids": ids} if ids is not None else {})}
-    ok = {k: chunks_present(store, src, a) for k, a in arrays.items()} if n else {}
+    # (a wrong layout is reported first, row by row, whatever chunks exist)
+    ok = {k: chunks_present(store, src, a) for k, a in arrays.items()} \
+        if n and not bad_layout else {}
     empty = [k for k, v in ok.items() if not v.any()]
     if empty:
         raise Unreadable("missing_chunk", f"array {empty[0]!r} declares {n} rows but none of "
