@@ -221,23 +221,15 @@ def test_shorthand_zarr_groups_prove_their_rows(store, spark):
 def test_a_large_zarr_group_is_cut_between_chunks_into_tasks(store, spark):
     """One typed group, three tasks: the driver proves the layout from metadata, cuts the
     rows between whole chunks, each task reads its range; every row still lands once."""
-    from shardline.tasks.convert.stage import convert
-    from shardline.tasks.detect import detect
-    from shardline.tasks.publish import publish
-    from shardline.tasks.validate import require_success, validate
+    from tests.integration.ingest_helpers import ingest_batch
 
     cfg = _cfg("sentinel", max_quarantine_fraction=0.5)
     inc = cfg.incoming
     rows = ex.put_sentinel(store, f"{inc}big.zarr", 200, seed=11, chunk=16)
     store.delete([o.key for o in store.list(f"{inc}big.zarr/bands/")
                   if o.key.endswith("c/5/0/0/0")])            # rows 80..95
-    batch = detect(store, cfg)
-    conv = convert(store, cfg, spark, batch, uuid.uuid4().hex[:12], None, tasks=3,
-                   min_task_bytes=1)
-    assert len(conv.row_files) == 3, "the group must be cut into three tasks"
-    report = validate(store, cfg, conv)
-    require_success(report, batch.id)
-    publish(store, cfg, conv, report)
+    done = ingest_batch(store, cfg, spark, tasks=3, min_task_bytes=1)
+    assert done is not None and len(done.conv.row_files) == 3, "cut into three tasks"
     m = latest_manifest(store, cfg.prefix)
     ids = list(rows)
     assert_exactly_once(store, m, ids[:80] + ids[96:],
