@@ -94,7 +94,7 @@ def test_sentinel_zarr_round_trip_and_bad_groups(store, spark):
     for rid in gap_ok:
         assert got[rid].tobytes() == gap[rid][0].tobytes()
     # the per-field GX suite ran over the published shards
-    assert f"{cfg.name}.fields" in m.validation["suites"]
+    assert f"{cfg.name}.fields" in m.validation.suites
     # statistics: per channel, merged over shards into the batch and the version
     block = np.stack(list(got.values())).astype(np.float64)
     info = dataset_info(cfg, m.stats)
