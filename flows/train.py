@@ -23,6 +23,7 @@ from shardline.flows.config_source import dataset_name, load_flow_config
 from shardline.flows.runs import gate_outcome, label_run, mark_failed, short_id
 from shardline.flows.settings import store_settings
 from shardline.flows.train_tasks import publish_artifacts, train_model
+from shardline.tasks.launch import processes_for
 
 
 def _run_name() -> str:
@@ -35,14 +36,17 @@ def _run_name() -> str:
 
 @flow(name="train", flow_run_name=_run_name, on_failure=[mark_failed],
       on_crashed=[mark_failed])
-def train(config: str | dict[str, Any], version: int | None = None) -> dict[str, Any]:
+def train(config: str | dict[str, Any], version: int | None = None,
+          processes: int = 1) -> dict[str, Any]:
     """Train on dataset ``version`` (default: latest) and leave the run's artifacts. The
-    config is read and validated here, once; the tasks receive the parsed :class:`Config`."""
+    config is read and validated here, once; the tasks receive the parsed :class:`Config`.
+    ``processes``: training processes on this worker (torchrun ranks, DDP: one per GPU; gloo
+    on the CPU); 0 for one per visible GPU. The artifacts and promotion are the same."""
     cfg = load_flow_config(config)
     store = ObjectStore(store_settings())
     version = resolve_version(store, cfg.dataset.prefix, version).version
     name = label_run("train", cfg.dataset.name, version)
-    result = train_model(cfg, store, version)
+    result = train_model(cfg, store, version, processes_for(processes))
     publish_artifacts(result, store)
     get_run_logger().info("%s: model %d (%s): %s", name, result.model_version,
                           "promoted" if result.promoted else "not promoted", result.decision)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
@@ -39,6 +39,7 @@ from prefect.logging.handlers import APILogHandler
 from shardline.core.config import Config
 from shardline.core.store import ObjectStore
 from shardline.flows.artifacts import artifact_key, fitted_limits, publish_model_view
+from shardline.tasks.launch import train_ranks
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
 
@@ -193,13 +194,20 @@ def progress_tracker(cfg: Config, version: int) -> EpochProgress:
 
 
 @task(name="train-model", cache_policy=NO_CACHE)
-def train_model(cfg: Config, store: ObjectStore, version: int) -> TrainResult:
-    """One trainer run on ``version`` of the dataset ``cfg`` (parsed once, by the flow)."""
+def train_model(cfg: Config, store: ObjectStore, version: int,
+                processes: int = 1) -> TrainResult:
+    """One trainer run on ``version`` of the dataset ``cfg`` (parsed once, by the flow); with
+    ``processes`` > 1, torchrun ranks on this worker (``tasks/launch.py``)."""
     # One training run per dataset at a time, however it was started (the limit is created
     # by `shardline deploy`; without it, this is a no-op).
     with concurrency(f"train-{cfg.dataset.name}", occupy=1), trainer_logs_to_prefect():
         progress = progress_tracker(cfg, version)
-        result = run_training(cfg, store, version, on_batch=progress)
+        if processes > 1:
+            # the task run's logger carries the run's ids: usable from the reader thread
+            result = train_ranks(cfg, store.settings, version, processes,
+                                 log=get_run_logger().info)
+        else:
+            result = run_training(cfg, store, version, on_batch=progress)
         progress.send(100.0)
         return result
 

@@ -11,8 +11,9 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
-from shardline.core.config import StoreSettings, load_config
+from shardline.core.config import StoreSettings, load_config, parse_config
 from shardline.core.errors import ShardlineError
 from shardline.core.store import ObjectStore
 from shardline.trainer.accel import COMPILE_MODES, OPTIMIZERS
@@ -24,7 +25,8 @@ from shardline.trainer.run import train
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m shardline.trainer",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="dataset TOML file")
+    p.add_argument("--config", required=True, help="dataset TOML file (or the JSON of a "
+                   "parsed config, as a flow hands it to its ranks)")
     p.add_argument("--dataset-version", "--version", dest="dataset_version", type=int,
                    default=None, help="dataset version (default: latest)")
     p.add_argument("--json", action="store_true", help="print one JSON object (rank 0)")
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                          optimizer=args.optimizer, compile_mode=args.compile_mode,
                          loader=LoaderSpec(arena_mb=args.arena_mb))
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config) if not args.config.endswith(".json") else \
+            parse_config(json.loads(Path(args.config).read_text()), args.config)
         if args.batch_size is not None:
             cfg = with_batch_size(cfg, args.batch_size, args.lr_rule)
         result = train(cfg, ObjectStore(StoreSettings.from_env()), args.dataset_version,

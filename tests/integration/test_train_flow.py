@@ -173,3 +173,27 @@ def test_config_errors_name_the_source(prefect_server: None, stack_env: StoreSet
     store.put_bytes("configs/bad.toml", b"[dataset]\nname = 'x'\nnonsense = 1\n")
     with pytest.raises(ConfigError, match="s3://.*bad.toml"):
         load_flow_config(f"s3://{store.bucket}/configs/bad.toml")
+
+
+def test_a_flow_run_trains_on_several_processes(
+        prefect_server: None, store: ObjectStore, stack_env: StoreSettings,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Multi-GPU as a flow run, on the CPU: the run launches torchrun with two gloo ranks
+    (``tasks/launch.py``); rank 0 saves and promotes once; the flow posts the same
+    artifacts as for one process."""
+    from shardline.flows.train import train
+    from shardline.trainer.registry import ModelRegistry
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PYTHONPATH", str(root))          # the ranks import this tree
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = digits_config(name="digits_ranks", epochs=2, cache_dir=str(tmp_path / "cache"))
+    publish_version(store, cfg.dataset, np.arange(600))
+    result = train(config=config_toml(cfg), processes=2)
+    assert result["model_version"] == 1 and result["promoted"]
+    reg = ModelRegistry(store, "digits_ranks", "cnn")
+    assert reg.numbers() == [1] and reg.promoted().number == 1      # rank 0 wrote once
+    assert reg.meta(1)["world_size"] == 2
+    table = latest_artifacts(["digits-ranks-training"])["digits-ranks-training"]
+    rows = {r["metric"]: r["value"] for r in _table_rows(table.data)}
+    assert rows["model version"].startswith("1 ") and rows["promoted"] == "yes"
