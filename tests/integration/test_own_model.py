@@ -160,3 +160,26 @@ def test_step_and_score_hooks_replace_the_builtin_loss_and_row_score(
     assert result.curve_epochs[-1]["train_accuracy"] > 0.5       # the hook's batch score
     meta = ModelRegistry(store, "digits_hooks", "cnn").meta(result.model_version)
     assert meta["objective"]["score"] == "tinynets.hooks:top2"
+
+
+def test_a_pinned_live_model_is_not_replaced_by_a_training_run(
+        store: ObjectStore, stack_env: StoreSettings, tmp_path: Path) -> None:
+    from shardline.trainer.moves import move
+
+    cfg = digits_config(name="digits_pin", epochs=1, lr=3e-3,
+                        cache_dir=str(tmp_path / "cache"))
+    # tolerances at their maximum: the gate passes every candidate, the pin alone holds
+    cfg = dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, promote_tolerance=1.0, forget_tolerance=1.0))
+    publish_version(store, cfg.dataset, ORDER[:600])
+    first = train(cfg, store, options=FAST)
+    reg = ModelRegistry(store, "digits_pin", "cnn")
+    move(reg, "pin", "ops", "frozen for the audit", first.model_version)
+    publish_version(store, cfg.dataset, ORDER[600:1200])
+    second = train(cfg, store, options=FAST)
+    assert not second.promoted and reg.promoted().number == first.model_version
+    assert "gate passed" in second.decision and "pinned by ops (frozen for the audit)" in \
+        second.decision
+    move(reg, "promote", "ops", "audit done", second.model_version)     # unpins
+    assert reg.promoted().number == second.model_version
+    assert "pinned" not in reg.promoted().pointer
