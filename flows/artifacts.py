@@ -177,6 +177,7 @@ def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
             else f"v{m['dataset_version']}",
             "held-out accuracy": _pct(m.get("accuracy")),
             "earlier data accuracy": _pct(m.get("accuracy_earlier")),
+            "primary metric": m.get("metric") or "",
             "promoted": state,
             "gate": m.get("gate", m.get("status", "")),
             "reason": m.get("reason") or "",

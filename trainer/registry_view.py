@@ -33,6 +33,16 @@ def model_history(store: Store, dataset: str, model: str) -> dict[str, Any]:
             "models": model_rows(store, dataset, model)}
 
 
+def primary_text(after: Any) -> str:
+    """The target kind's primary held-out metric as ``name value`` (``rmse 12.3``), or ""
+    for a model recorded before metrics per kind."""
+    if not isinstance(after, dict) or not isinstance(after.get("metrics"), dict):
+        return ""
+    name = after.get("primary")
+    value = after["metrics"].get(name) if isinstance(name, str) else None
+    return f"{name} {value:.4f}" if isinstance(value, int | float) else ""
+
+
 def move_text(m: dict[str, Any]) -> str:
     """One move of the live pointer as a line: ``2026-11-26T10:02 pin by alice (from 3:
     reason)``."""
@@ -82,6 +92,7 @@ def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
             "promotion": promotion(n), "reason": gate.get("reason"),
             "factory": (meta.get("build") or {}).get("factory"),
             "metrics": after.get("metrics") if isinstance(after, dict) else None,
+            "metric": primary_text(after),
             "moves": "; ".join(moved.get(n, [])),
         })
     return out

@@ -66,7 +66,7 @@ def models(ctx: typer.Context, config: str | None = OptionalConfig,
         emit_json({"dataset": cfg.dataset.name, "model": name, **hist})
         return
     cols = ["model", "status", "dataset_version", "parent", "accuracy", "accuracy_new",
-            "accuracy_earlier", "gate", "promoted", "created", "reason"]
+            "accuracy_earlier", "metric", "gate", "promoted", "created", "reason"]
     live, pin = hist["live"], hist["pinned"]
     pinned = f", pinned by {pin.get('by')}" if pin else ""
     rows([{**r, "promoted": r["promotion"]} for r in reversed(hist["models"])],

@@ -47,7 +47,8 @@ def test_models_shows_promoted_and_refused_candidates_and_the_live_one(
     header, *lines = r.stdout.splitlines()
     cols = header.split("\t")
     assert cols == ["model", "status", "dataset_version", "parent", "accuracy",
-                    "accuracy_new", "accuracy_earlier", "gate", "promoted", "created", "reason"]
+                    "accuracy_new", "accuracy_earlier", "metric", "gate", "promoted", "created",
+                    "reason"]
     table = [dict(zip(cols, x.split("\t"), strict=True)) for x in lines]
     assert [(t["model"], t["status"], t["promoted"], t["gate"]) for t in table] == [
         ("4", "incomplete", "no", "-"), ("3", "complete", "live", "passed"),

@@ -53,6 +53,8 @@ def test_each_target_kind_learns_with_its_loss_and_metrics(
     meta = ModelRegistry(store, ds.name, "mlp").meta(result.model_version)
     assert meta["objective"]["kind"] == ds.target_spec.kind
     assert meta["objective"]["primary"] == primary
+    [row] = shardline.list_models(ds.name, "mlp", store=store)
+    assert row["metric"] == f"{primary} {result.eval['metrics'][primary]:.4f}"
 
     model = shardline.load_model(ds.name, store=store)
     table = shardline.open_dataset(ds, store=store, split="holdout").to_table()
