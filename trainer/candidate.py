@@ -1,9 +1,11 @@
 """The end of a run: save the candidate model under a new model number, let the gate
 decide (``trainer.promote``), and build the run's result.
 
-Every candidate is saved (a refused one too, with the reason in its meta.json), so a person
-can inspect what the gate kept out. Only rank 0 writes; the model number and outcome are
-then broadcast so every rank returns the same result.
+Every candidate is saved (a refused one too, with the reason and the gate's evidence in
+its meta.json, and its per-row held-out scores beside its weights: ``trainer.rows``), so a
+person can inspect what the gate kept out and later candidates are compared on its rows.
+Only rank 0 writes; the model number and outcome are then broadcast so every rank returns
+the same result.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from shardline.trainer.loop import LoopState
 from shardline.trainer.moves import pinned
 from shardline.trainer.promote import Decision, decide, promote
 from shardline.trainer.result import TrainResult
+from shardline.trainer.rows import save_rows
 from shardline.trainer.stream import ShardStream
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,8 @@ def _meta(ctx: RunContext, model_number: int, state: LoopState, loader: Any,
         "start": start.reason, "created_at": now_iso(), "code_version": code_version(),
         "samples_seen": state.samples, "samples_seen_total": parent_total + state.samples,
         "metrics": {"after": after.to_dict(), "before": before.to_dict() if before else None},
-        "gate": {"passed": decision.promote, "reason": decision.reason},
+        "gate": {"passed": decision.promote, "reason": decision.reason,
+                 "evidence": decision.evidence},
         "loader_state": loader.state_dict(), "optimizer_state": rest,
         "plan": {"fingerprint": plan.fingerprint(), "since_version": plan.since_dataset_version,
                  "replay_fraction": plan.replay_fraction}, "world_size": ctx.info.world,
@@ -79,6 +83,8 @@ def _save(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer, l
     number = registry.claim(uuid.uuid4().hex[:12])
     opt_tensors, rest = optimizer_parts(opt)
     meta = _meta(ctx, number, state, loader, decision, before, after, rest, step)
+    if after.rows is not None:       # before meta.json: a model exists with its rows
+        save_rows(registry, number, after.rows)
     registry.save(number, tensors_to_bytes(model_tensors(model)),
                   tensors_to_bytes(opt_tensors), meta)
     pin = pinned(ctx.start.promoted)

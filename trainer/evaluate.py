@@ -1,4 +1,4 @@
-"""Held-out evaluation (the gate that uses it is ``trainer.promote``).
+"""Held-out evaluation (the gate that uses it is ``trainer.gate`` / ``trainer.promote``).
 
 Each row gets the target kind's row score (``trainer.objectives``: 1/0 for a class, higher
 is better for every kind), or the user's ``score`` hook's; ``accuracy`` below is the mean
@@ -6,20 +6,23 @@ row score (for a class target, the accuracy), and ``metrics`` the kind's full me
 (accuracy and macro-F1; micro/macro-F1 and mAP; RMSE, MAE and R²) with ``primary`` naming
 the one the kind leads with.
 
-The row score is counted per dataset version (the version whose batch added the shard), summed
-over ranks, then reported overall, on this run's new data, and on *earlier* data (shards
-the parent model had already been trained on): the last one, compared before and after
-training, is the forgetting measure.
+Every row's score is kept with its id hash, dataset version and label
+(``trainer.rows.RowScores``, gathered from all ranks) so two models can be compared on the
+same rows. The summary comes from those rows: overall, on this run's new data, on
+*earlier* data (the plan's replay versions: the forgetting measure), per dataset version,
+and, when the class list grew since the parent, on the parent's classes and on the new ones
+apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as tdist
 from torch import nn
 
 from shardline.core.fields import DatasetInfo, FieldInfo
@@ -27,6 +30,7 @@ from shardline.trainer.device import Placement
 from shardline.trainer.dist import all_sum
 from shardline.trainer.objectives import Objective
 from shardline.trainer.plan import TrainPlan
+from shardline.trainer.rows import RowScores
 from shardline.trainer.stream import Batch
 
 
@@ -40,6 +44,11 @@ class EvalResult:
     samples_by_version: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float | None] = field(default_factory=dict)   # the kind's metrics
     primary: str = "accuracy"           # the metric the kind leads with (objectives)
+    # class list grown since the parent: accuracy on rows of the parent's classes / new ones
+    old_classes_accuracy: float | None = None
+    new_classes_accuracy: float | None = None
+    # per-row outcomes (not in to_dict: stored beside the weights, ``trainer.rows``)
+    rows: RowScores | None = field(default=None, repr=False, compare=False)
 
     def accuracy_on(self, versions: Iterable[int]) -> float | None:
         """Sample-weighted accuracy over some dataset versions' held-out rows."""
@@ -49,26 +58,69 @@ class EvalResult:
         return hits / n if n else None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}
 
 
-def _ratio(correct: float, total: float) -> float | None:
-    return float(correct / total) if total else None
+def earlier_upto(since: int | None, dataset_version: int) -> int | None:
+    """Rows of dataset versions up to this one are *earlier data* (the plan's replay
+    shards): the parent's version, or the one before when retraining the parent's own."""
+    return None if since is None else min(since, dataset_version - 1)
+
+
+def summarise(rows: RowScores, plan: TrainPlan, known: int | None = None,
+              metrics: dict[str, float | None] | None = None,
+              primary: str = "accuracy") -> EvalResult:
+    """The figures of :class:`EvalResult`, all from the same per-row scores."""
+    def mean(mask: np.ndarray) -> float | None:
+        return float(rows.scores[mask].mean()) if mask.any() else None
+
+    since = earlier_upto(plan.since_dataset_version, plan.dataset_version)
+    earlier = rows.versions <= since if since is not None else np.zeros(len(rows), bool)
+    by_version, counts = {}, {}
+    for v in np.unique(rows.versions).tolist():
+        m = rows.versions == v
+        by_version[str(v)], counts[str(v)] = float(rows.scores[m].mean()), int(m.sum())
+    grown = known is not None and bool((rows.labels >= known).any())
+    old = mean(rows.labels < known) if grown and known is not None else None
+    new = mean(rows.labels >= known) if grown and known is not None else None
+    return EvalResult(mean(np.ones(len(rows), bool)), len(rows), mean(~earlier),
+                      mean(earlier) if since is not None else None, by_version, counts,
+                      metrics or {}, primary, old, new, rows)
+
+
+def _gather(part: RowScores) -> RowScores:
+    if not (tdist.is_initialized() and tdist.get_world_size() > 1):
+        return part
+    out: list[Any] = [None] * tdist.get_world_size()
+    tdist.all_gather_object(out, part)
+    return RowScores.concat(out)
+
+
+def _row_ids(key: np.ndarray, hashes: Callable[[int], np.ndarray]) -> np.ndarray:
+    ordinal, row = key >> 32, key & 0xFFFFFFFF
+    ids = np.empty(len(key), np.uint64)
+    for o in np.unique(ordinal).tolist():
+        m = ordinal == o
+        ids[m] = hashes(int(o))[row[m]]
+    return ids
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place: Placement,
              objective: Objective, score: Callable[..., Any] | None = None,
-             release: Callable[[Batch], None] = lambda b: None) -> EvalResult:
+             release: Callable[[Batch], None] = lambda b: None, *,
+             hashes: Callable[[int], np.ndarray], known: int | None = None,
+             parent_classes: int | None = None) -> EvalResult:
     """Row scores and metrics of ``model`` on the held-out rows ``batches`` yields (all
-    ranks' shares); ``score``: the user's hook, replacing the kind's row score."""
+    ranks' shares); ``score``: the user's hook, replacing the kind's row score.
+
+    ``hashes(ordinal)``: the id hashes of the plan's shard at that ordinal (row identity).
+    ``known``: score only the first ``known`` outputs (the parent inside a grown head).
+    ``parent_classes``: the parent's class count, to report old and new classes apart."""
     versions = np.array([s.dataset_version for s in plan.shards], np.int64)
-    is_new = np.array([s.role == "new" for s in plan.shards], bool)
-    top = int(versions.max()) + 1 if len(versions) else 1
-    # counts[v] = (correct, total) per version; [top + 0/1] = (earlier, new)
-    counts = torch.zeros(top + 2, 2, dtype=torch.float64)
     sums = torch.zeros(objective.sums_size(), dtype=torch.float64, device=place.device)
     names, target = [f.name for f in objective_fields(model)], objective.target.name
+    parts: list[RowScores] = []
     was_training = model.training
     model.eval()
     try:
@@ -79,32 +131,28 @@ def evaluate(model: nn.Module, batches: Iterable[Batch], plan: TrainPlan, place:
             with place.autocast():
                 if score is None:
                     out = model({n: on_device[n] for n in names}).float()
+                    if known is not None:
+                        out = out[:, :known]
                     rows = objective.row_score(out, y)
-                    sums += objective.sums(out, y)
+                    if known is None:
+                        sums += objective.sums(out, y)
                 else:
                     rows = torch.as_tensor(score(model, on_device)).float().reshape(-1)
-            hit = rows.double().cpu().numpy()
-            ordinal = (batch["key"].numpy() >> 32).astype(np.int64)
+            key = batch["key"].numpy()
+            labels = batch[target].numpy() if objective.kind == "class" else \
+                np.full(len(key), -1)
+            parts.append(RowScores(_row_ids(key, hashes), rows.float().cpu().numpy(),
+                                   versions[key >> 32].astype(np.int32),
+                                   labels.astype(np.int64)))
             release(batch)
-            v = versions[ordinal]
-            counts[:top, 0] += torch.from_numpy(np.bincount(v, hit, minlength=top))
-            counts[:top, 1] += torch.from_numpy(np.bincount(v, minlength=top).astype(np.float64))
-            g = is_new[ordinal].astype(np.int64)
-            counts[top:, 0] += torch.from_numpy(np.bincount(g, hit, minlength=2))
-            counts[top:, 1] += torch.from_numpy(np.bincount(g, minlength=2).astype(np.float64))
     finally:
         model.train(was_training)
-    counts = all_sum(counts.to(place.device)).cpu()
     sums = all_sum(sums)
-    total = counts[:top].sum(0)
-    per_version = [(str(v), c, n) for v, (c, n) in enumerate(counts[:top].tolist()) if n]
-    earlier = _ratio(*counts[top].tolist()) if plan.since_dataset_version is not None else None
-    mean = _ratio(*total.tolist())
-    metrics, primary = ({"score": mean}, "score") if score is not None else \
-        (objective.metrics(sums), objective.primary)
-    return EvalResult(mean, int(total[1]), _ratio(*counts[top + 1].tolist()),
-                      earlier, {v: c / n for v, c, n in per_version},
-                      {v: int(n) for v, _, n in per_version}, metrics, primary)
+    got = _gather(RowScores.concat(parts))
+    mean = got.mean()
+    metrics, primary = ({"score": mean}, "score") if score is not None or known is not None \
+        else (objective.metrics(sums), objective.primary)
+    return summarise(got, plan, parent_classes, metrics, primary)
 
 
 def objective_fields(model: nn.Module) -> tuple[FieldInfo, ...]:

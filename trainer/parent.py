@@ -5,6 +5,10 @@ resumed when it was built the way this run builds its model (``trainer.factory``
 factory, args, fields and target kind); otherwise the warm start is refused with one line
 naming what differs, and the run trains from scratch on every shard, while the promoted
 model is still evaluated for the gate where this run's code can build it.
+
+Classes that grow: when the dataset's class list extends the parent's (classes appended at
+the end; the build records' ``target.classes``), the parent is resumed into a wider head
+(``trainer.grow``); a class removed or reordered is refused (``ClassListChanged``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from shardline.core.fields import DatasetInfo
 from shardline.trainer.accel import optimizer_kwargs
 from shardline.trainer.checkpoint import CheckpointError, load_model_tensors, load_optimizer_parts
 from shardline.trainer.factory import BUILTIN, build_with, differences, resolve
+from shardline.trainer.grow import class_growth, grow_moments, grow_tensors
 from shardline.trainer.preprocess import Preprocessed
 from shardline.trainer.registry import ModelRegistry, Promoted
 from shardline.trainer.trust import UntrustedInput
@@ -35,6 +40,7 @@ class Start:
     from_parent: bool               # weights + optimizer state come from the parent
     since_dataset_version: int | None  # dataset version the start point was trained on
     reason: str
+    parent_classes: int | None = None  # the parent's class count when the head grows
 
     @property
     def parent_number(self) -> int | None:
@@ -43,11 +49,17 @@ class Start:
 
 def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
     """Warm start from the promoted model if it was built like ``spec`` (this run's
-    ``factory.build_record``), else scratch with the reason (one line)."""
+    ``factory.build_record``), else scratch with the reason (one line); into a wider head
+    when classes were appended.
+
+    Raises:
+        ClassListChanged: this run's classes do not extend the parent's.
+        UntrustedInput: the parent's meta.json breaks the rules."""
     promoted = registry.promoted()
     if promoted is None:
         return Start(None, None, False, None, "no promoted model yet: training from scratch")
     meta = registry.meta(promoted.number)
+    grown = class_growth(meta.get("build"), spec, f"{registry.uri(promoted.number)}meta.json")
     differ = differences(meta.get("build"), spec)
     if differ:
         return Start(promoted, meta, False, None,
@@ -59,9 +71,12 @@ def resolve_start(registry: ModelRegistry, spec: dict[str, Any]) -> Start:
             f"{registry.uri(promoted.number)}meta.json: dataset_version = {since!r} is not a "
             f"positive integer (model {promoted.number}); restore meta.json or point "
             "promoted.json at another model number")
+    how = "" if grown is None else (
+        f", growing its head from {grown[0]} to {len(grown[1])} classes (new: "
+        f"{', '.join(repr(c) for c in grown[1][grown[0]:])})")
     return Start(promoted, meta, True, since,
                  f"continuing from promoted model {promoted.number} (trained on dataset "
-                 f"v{meta['dataset_version']})")
+                 f"v{since}){how}", None if grown is None else grown[0])
 
 
 def make_optimizer(model: nn.Module, lr: float, weight_decay: float,
@@ -78,10 +93,15 @@ def load_parent(model: nn.Module, opt: torch.optim.Optimizer, registry: ModelReg
     if start.promoted is None or start.parent_meta is None:
         raise ValueError("load_parent needs a start with a promoted parent")
     v = start.promoted.number
-    load_model_tensors(model, registry.weights(v), registry.uri(v))
+    tensors = registry.weights(v)
+    if start.parent_classes is not None:
+        tensors = grow_tensors(model, tensors, start.parent_classes, registry.uri(v))
+    load_model_tensors(model, tensors, registry.uri(v))
     try:
-        load_optimizer_parts(opt, registry.optimizer(v), start.parent_meta["optimizer_state"],
-                             registry.uri(v))
+        moments, rest = registry.optimizer(v), start.parent_meta["optimizer_state"]
+        if start.parent_classes is not None:
+            moments = grow_moments(opt, moments, rest, start.parent_classes)
+        load_optimizer_parts(opt, moments, rest, registry.uri(v))
     except (CheckpointError, KeyError) as exc:
         log.warning("optimizer state of model %d not resumed (%s); starting AdamW fresh", v, exc)
 

@@ -1,11 +1,19 @@
 """What a training run reads: the manifest delta since the parent model, plus a replay sample.
 
 *New* shards are those whose batch entered the dataset after the dataset version the parent
-model was trained on (all shards when there is no parent; the version's own new shards when
-retraining the parent's version). Every older shard is a *replay* shard: each contributes
-the same fraction ``q`` of its training rows, chosen as the rows with the smallest salted id
+model was trained on (the *promoted* parent: a refused candidate's data stays new until a
+model trained on it is promoted; all shards when there is no parent; the version's own new
+shards when retraining the parent's version). Every older shard is a *replay* shard: it
+contributes a fraction of its training rows, chosen as the rows with the smallest salted id
 hash, so the replay share of an epoch is ``replay_ratio`` (within rounding), the sample is
 spread over all of history, and it is deterministic for a (seed, dataset version) salt.
+
+Replay balances the old classes (``replay_fractions``): from the manifest's label counts,
+the replay budget is split over the classes of the older shards as evenly as their rows
+allow (water-filling: a class with fewer rows than its share gives all of them, the rest is
+shared by the others), so a class that was common early does not crowd out one that came
+later, and each shard's fraction is its labels' quotas over its rows. Shards without label
+counts make the plan fall back to one fraction ``q`` for every replay shard.
 
 The held-out split: ingest writes each batch's held-out rows into their own shards
 (``ShardEntry.split == "holdout"``), so training reads only ``"train"`` shards and
@@ -25,7 +33,7 @@ import contextlib
 import gc
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -36,6 +44,7 @@ from shardline.core.manifest import Manifest, ShardEntry
 from shardline.core.parts import HOLDOUT, SPLITS, TRAIN
 from shardline.core.shard_table import ShardColumns
 from shardline.trainer.holdout import holdout_mask, pick_smallest, salted
+from shardline.trainer.replay import balanced_fractions
 from shardline.trainer.shard_file import ShardIndex
 
 __all__ = ["HoldoutMismatch", "NothingToTrain", "PlannedShard", "TrainPlan", "dataset_fraction",
@@ -109,12 +118,23 @@ class TrainPlan:
     replay_fraction: float             # q: share of each replay shard's training rows used
     holdout_fraction: float
     salt: int
+    # per shard (manifest order): share of its training rows replayed (new shards: 1);
+    # None: ``replay_fraction`` for every replay shard
+    replay_fractions: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def fraction(self, s: PlannedShard) -> float:
+        """Share of ``s``'s training rows this run reads."""
+        if s.role == "new":
+            return 1.0
+        if self.replay_fractions is None:
+            return self.replay_fraction
+        return float(self.replay_fractions[s.ordinal])
 
     @property
     def train_shards(self) -> list[PlannedShard]:
         """Shards training reads: train and mixed ones (never a held-out shard)."""
         return [s for s in self.shards if s.split != HOLDOUT
-                and (s.role == "new" or self.replay_fraction > 0)]
+                and (s.role == "new" or self.fraction(s) > 0)]
 
     @property
     def eval_shards(self) -> list[PlannedShard]:
@@ -122,7 +142,7 @@ class TrainPlan:
         return [s for s in self.shards if s.split != TRAIN]
 
     def expected_rows(self, s: PlannedShard) -> float:
-        frac = 1.0 if s.role == "new" else self.replay_fraction
+        frac = self.fraction(s)
         if s.split is not None:
             return s.entry.rows * frac if s.split == TRAIN else 0.0
         return s.entry.rows * (1.0 - self.holdout_fraction) * frac
@@ -137,7 +157,7 @@ class TrainPlan:
             train = np.flatnonzero(~holdout_mask(index.hashes, self.holdout_fraction))
         if s.role == "new":
             return train.astype(np.int64)
-        k = int(round(self.replay_fraction * len(train)))
+        k = int(round(self.fraction(s) * len(train)))
         return train[pick_smallest(salted(index.hashes[train], self.salt), k)]
 
     def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:
@@ -154,6 +174,8 @@ class TrainPlan:
         """Identity of the sample universe (resumed loader state must match it)."""
         h = hashlib.sha256("".join(f"{s._sha256()}:{s.role};" for s in self.shards).encode())
         h.update(f"{self.replay_fraction:.12g}:{self.holdout_fraction:.12g}:{self.salt}".encode())
+        if self.replay_fractions is not None:
+            h.update(np.round(self.replay_fractions, 12).tobytes())
         return h.hexdigest()[:16]
 
 
@@ -216,9 +238,11 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     q = min(1.0, target / old_rows) if old_rows else 0.0
     salt = int.from_bytes(hashlib.sha256(f"{seed}:{manifest.version}".encode()).digest()[:8],
                           "little")
+    balanced = balanced_fractions(cols, ~is_new & trains, target, fraction) if old_rows \
+        else None
     roles = np.where(is_new, "new", "replay").tolist()
     with _no_gc():       # 100k small objects: the cyclic collector would rescan them all
         planned = [PlannedShard(None, i, v, r, cols, sp) for i, (v, r, sp)
                    in enumerate(zip(versions.tolist(), roles, splits, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
-                     fraction, salt)
+                     fraction, salt, balanced)

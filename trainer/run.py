@@ -42,6 +42,7 @@ from shardline.trainer.options import RunOptions
 from shardline.trainer.parent import load_parent, make_optimizer, promoted_model
 from shardline.trainer.preprocess import Preprocessed
 from shardline.trainer.result import TrainResult
+from shardline.trainer.rows import rows_from_tensors, rows_tensors
 from shardline.trainer.stream import Batch, ShardStream
 
 __all__ = ["TrainResult", "train"]
@@ -135,7 +136,9 @@ class _Trainer:
         step = make_step(ctx.data, ctx.objective, ctx.hooks.step)
         state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
                          ctx.info.world, step)
-        after = self.last_eval or self._eval(model)
+        # a resumed run's saved evaluations carry no per-row results: the gate needs them
+        after = self.last_eval if self.last_eval and self.last_eval.rows is not None \
+            else self._eval(model)
         return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at,
                       self.step)
 
@@ -155,12 +158,14 @@ class _Trainer:
         return model
 
     # -- evaluation -------------------------------------------------------------------------
-    def _eval(self, model: torch.nn.Module) -> EvalResult:
+    def _eval(self, model: torch.nn.Module, known: int | None = None) -> EvalResult:
         ctx = self.ctx
         batches = eval_batches(ctx.plan, ctx.reader, self.eval_pool, rank=ctx.info.rank,
                                world=ctx.info.world, lookahead_bytes=self.lookahead)
         return evaluate(model, batches, ctx.plan, ctx.place, ctx.objective, ctx.hooks.score,
-                        release=self.eval_pool.release)
+                        release=self.eval_pool.release,
+                        hashes=lambda o: ctx.reader.index(ctx.plan.shards[o]).hashes,
+                        known=known, parent_classes=ctx.start.parent_classes)
 
     def _evaluate_before(self, model: torch.nn.Module) -> EvalResult | None:
         if self.ctx.start.promoted is None:
@@ -169,7 +174,9 @@ class _Trainer:
             self.ctx.registry, self.ctx.start, self.ctx.spec, self.ctx.data)
         if before_model is None:
             return None
-        result = self._eval(self.ctx.place.prepare(before_model))
+        # a grown head's new classes are untrained: the parent is its first classes only
+        result = self._eval(self.ctx.place.prepare(before_model), self.ctx.start.parent_classes
+                            if self.ctx.start.from_parent else None)
         if self.ctx.info.is_main:
             log.info("promoted model %d on the held-out set: accuracy %s",
                      self.ctx.start.parent_number, _fmt(result.accuracy))
@@ -192,7 +199,8 @@ class _Trainer:
             return
         tensors, rest = optimizer_parts(opt)
         blob = {**{f"model.{k}": v for k, v in model_tensors(model).items()},
-                **{f"opt.{k}": v for k, v in tensors.items()}}
+                **{f"opt.{k}": v for k, v in tensors.items()},
+                **(rows_tensors(before.rows, "before.") if before and before.rows else {})}
         self.ctx.registry.save_progress(self.ctx.run_key, state.step, blob, {
             "loop": state.to_dict(), "loader": loader.state_dict(), "optimizer": rest,
             "before": before.to_dict() if before else None,
@@ -211,7 +219,9 @@ class _Trainer:
             self.last_eval = EvalResult(**saved["last_eval"])
         if self.ctx.info.is_main:
             log.info("resuming interrupted run %s at step %d", self.ctx.run_key, state.step)
-        before = EvalResult(**saved["before"]) if saved.get("before") else None
+        before = EvalResult(**saved["before"],
+                            rows=rows_from_tensors(tensors, "before.", where)) \
+            if saved.get("before") else None
         return state, saved["loader"], before
 
 

@@ -237,11 +237,16 @@ class TrainConfig:
                     "value refuses to train")
     promote_tolerance: Float = Field(
         default=0.01, ge=0.0, le=1.0,
-        description="held-out accuracy a candidate may lose vs the live and the best "
-                    "promoted model")
+        description="smallest drop of the held-out metric vs the live or the best promoted "
+                    "model (same rows, paired test) that refuses a candidate")
     forget_tolerance: Float = Field(
         default=0.01, ge=0.0, le=1.0,
-        description="accuracy on earlier data a candidate may lose vs the promoted model")
+        description="smallest drop on earlier data vs the live model (same rows) that "
+                    "refuses a candidate")
+    gate_alpha: Float = Field(
+        default=0.05, gt=0.0, lt=0.5,
+        description="significance level of the gate's one-sided paired tests: a drop is "
+                    "refused only when the rows show it with this confidence")
     seed: Int = 0
     shuffle_window: Positive = 8192
     cache_dir: Str = Field(default=".shardline/cache",
