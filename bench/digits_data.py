@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from functools import cache
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +28,12 @@ from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary, con
 from shardline.core.schema import data_schema, schema_info
 from shardline.core.store import Store
 
+# (ids, labels int16 [N], images uint8 [N, H*W*C]): digits(), or any such rows (bench data)
+Rows: TypeAlias = tuple[list[str], np.ndarray, np.ndarray]
+
 
 @cache
-def digits() -> tuple[list[str], np.ndarray, np.ndarray]:
+def digits() -> Rows:
     """(ids, labels int16 [N], images uint8 [N, 64]) of the whole digits set."""
     from sklearn.datasets import load_digits
 
@@ -51,8 +55,9 @@ def digits_config(name: str = "digits", compression: str = "none", record_batch_
     return Config(dataset=ds, train=TrainConfig(**defaults))  # type: ignore[arg-type]
 
 
-def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes:
-    ids, labels, images = digits()
+def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str,
+                data: Rows | None = None) -> bytes:
+    ids, labels, images = data or digits()
     n = len(rows)
     image = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(cfg.image.nbytes), n, [None, pa.py_buffer(images[rows].tobytes())])
@@ -69,9 +74,9 @@ def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes
     return sink.getvalue().to_pybytes()
 
 
-def ids_bytes(rows: np.ndarray) -> bytes:
+def ids_bytes(rows: np.ndarray, data: Rows | None = None) -> bytes:
     """The batch's id index (Arrow IPC file of one ``id`` column), as ingest writes it."""
-    ids, _, _ = digits()
+    ids, _, _ = data or digits()
     table = pa.table({"id": pa.array([ids[i] for i in rows], pa.string())})
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as writer:
@@ -80,29 +85,31 @@ def ids_bytes(rows: np.ndarray) -> bytes:
 
 
 def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
-                  previous: Manifest | None, compression: str | None = None) -> VersionDraft:
-    """Write one batch of ``rows`` (indices into digits) as label-partitioned shards plus its
-    id index, and build the next version through the builder ingest uses."""
+                  previous: Manifest | None, compression: str | None = None,
+                  data: Rows | None = None) -> VersionDraft:
+    """Write one batch of ``rows`` (indices into digits, or into ``data``) as
+    label-partitioned shards plus its id index, and build the next version through the
+    builder ingest uses."""
     compression = compression or cfg.shards.compression
     version = 1 if previous is None else previous.version + 1
-    _, labels, _ = digits()
+    _, labels, _ = data or digits()
     batch = hashlib.sha256(f"{cfg.name}:{version}:{len(rows)}".encode()).hexdigest()[:16]
     run = f"run{version}"
     new: list[ShardEntry] = []
     for label in sorted(set(labels[rows].tolist())):
         part = np.sort(rows[labels[rows] == label])
-        data = shard_bytes(cfg, part, compression)
+        blob = shard_bytes(cfg, part, compression, data)
         key = layout.shard_key(cfg.prefix, batch, int(label), 0, run)
-        put(key, data)
-        sha, xxh = content_digests(data)
-        new.append(ShardEntry(path=key, rows=len(part), bytes=len(data), sha256=sha,
+        put(key, blob)
+        sha, xxh = content_digests(blob)
+        new.append(ShardEntry(path=key, rows=len(part), bytes=len(blob), sha256=sha,
                               xxh3_128=xxh, batch=batch,
                               partition={"batch": batch, "label": str(label)},
                               stats={"label": {"min": int(label), "max": int(label)}},
                               compression=compression,
                               label_counts={str(label): len(part)}))
     ids_path = layout.ids_key(cfg.prefix, batch, run)
-    put(ids_path, ids_bytes(rows))
+    put(ids_path, ids_bytes(rows, data))
     upload = f"incoming/{cfg.name}/upload.csv"
     return build_draft(
         cfg.prefix, dataset=cfg.name, schema=schema_info(cfg), config=config_to_dict(cfg),
@@ -114,12 +121,13 @@ def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: n
 
 
 def publish_version(store: Store, cfg: DatasetConfig, rows: np.ndarray,
-                    compression: str | None = None) -> Manifest:
-    """Upload shards of ``rows`` to the bucket and commit the next version."""
+                    compression: str | None = None, data: Rows | None = None) -> Manifest:
+    """Upload shards of ``rows`` (of digits, or of ``data``) to the bucket and commit the
+    next version."""
     previous = latest_manifest(store, cfg.prefix)
 
-    def put(key: str, data: bytes) -> None:
-        store.put_bytes(key, data)
+    def put(key: str, blob: bytes) -> None:
+        store.put_bytes(key, blob)
 
-    draft = draft_version(put, cfg, rows, previous, compression)
+    draft = draft_version(put, cfg, rows, previous, compression, data)
     return commit_version(store, draft)

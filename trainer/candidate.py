@@ -105,7 +105,8 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
            stream: ShardStream, loader: Any, state: LoopState, before: EvalResult | None,
            after: EvalResult, resumed_at: int | None, step: StepPlan) -> TrainResult:
     """Gate, save (rank 0), promote, and return the same result on every rank."""
-    decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train)
+    decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train,
+                      ctx.dataset_version)
     number = 0
     if ctx.info.is_main:
         number, decision = _save(ctx, model, opt, loader, state, decision, before, after,

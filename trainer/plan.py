@@ -238,7 +238,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     q = min(1.0, target / old_rows) if old_rows else 0.0
     salt = int.from_bytes(hashlib.sha256(f"{seed}:{manifest.version}".encode()).digest()[:8],
                           "little")
-    balanced = balanced_fractions(cols, ~is_new & trains, target, fraction) if old_rows \
+    balanced = balanced_fractions(cols, ~is_new & trains, target) if old_rows \
         else None
     roles = np.where(is_new, "new", "replay").tolist()
     with _no_gc():       # 100k small objects: the cyclic collector would rescan them all

@@ -25,7 +25,7 @@ from typing import Any
 
 from shardline.core.config import TrainConfig
 from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
-from shardline.trainer.evaluate import EvalResult
+from shardline.trainer.evaluate import EvalResult, earlier_upto
 from shardline.trainer.gate import Decision, Rules, gate, next_best
 from shardline.trainer.parent import Start
 from shardline.trainer.registry import ModelRegistry, Promoted
@@ -93,9 +93,11 @@ def rules(train: TrainConfig, metric: str = "accuracy") -> Rules:
 
 
 def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
-           after: EvalResult, train: TrainConfig, metric: str = "accuracy") -> Decision:
-    """The gate for this run's candidate (``after``) against the live promoted model
-    (``before``, evaluated on this run's rows) and the best promoted model's stored rows."""
+           after: EvalResult, train: TrainConfig, dataset_version: int,
+           metric: str = "accuracy") -> Decision:
+    """The gate for this run's candidate (``after``, trained on ``dataset_version``)
+    against the live promoted model (``before``, evaluated on this run's rows) and the best
+    promoted model's stored rows. Earlier data: the rows the evaluation counts as such."""
     live_n = start.parent_number
     live = (live_n, before.rows) if live_n is not None and before is not None \
         and before.rows is not None else None
@@ -105,9 +107,8 @@ def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
         rows = _stored_rows(registry, best)
         if rows is not None:
             others.append((best, rows))
-    since = (start.parent_meta or {}).get("dataset_version")
-    decision = gate(after.rows, live, others, since if _is_number(since) else None,
-                    rules(train, metric))
+    upto = earlier_upto(start.since_dataset_version, dataset_version)
+    decision = gate(after.rows, live, others, upto, rules(train, metric))
     if start.promoted is not None and live is None:
         decision = Decision(decision.promote, f"promoted model {live_n} cannot be evaluated "
                             "on this data (other input shape or classes); "

@@ -49,19 +49,18 @@ def water_fill(available: np.ndarray, budget: float) -> np.ndarray:
     return available.astype(np.float64)
 
 
-def balanced_fractions(cols: ShardColumns, replay: np.ndarray, budget: float,
-                       holdout_fraction: float) -> np.ndarray | None:
+def balanced_fractions(cols: ShardColumns, replay: np.ndarray,
+                       budget: float) -> np.ndarray | None:
     """Per-shard replay fractions (0 outside ``replay``) spending ``budget`` training rows
     evenly over the classes of the ``replay`` shards; None without label counts."""
     found = label_counts(cols)
     if found is None:
         return None
     shard, keys, counts = found
-    # a mixed shard (older layout) trains on about (1 - holdout) of its rows
-    mixed = cols.split_is(None)
+    # counts of whole shards, like the budget (a mixed shard of the older layout trains on
+    # about 1 - holdout of its rows, its new rows too: the ratio is the same)
     keep = replay[shard]
-    shard, counts = shard[keep], counts[keep] * np.where(mixed[shard[keep]],
-                                                          1.0 - holdout_fraction, 1.0)
+    shard, counts = shard[keep], counts[keep].astype(np.float64)
     labels, code = np.unique(np.asarray(keys, dtype=object)[keep].astype(str),
                              return_inverse=True)
     available = np.bincount(code, counts, minlength=len(labels))

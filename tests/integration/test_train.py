@@ -91,7 +91,9 @@ def test_gate_refuses_a_deliberately_worse_model(store: ObjectStore, tmp_path) -
     assert bad.accuracy_before is not None and bad.eval_accuracy is not None
     assert bad.eval_accuracy < bad.accuracy_before - 0.01
     assert not bad.promoted
-    assert "worse than the promoted model" in bad.decision
+    assert f"held-out accuracy {100 * bad.eval_accuracy:.2f} %" in bad.decision
+    assert f"vs live model {good.model_version}'s" in bad.decision
+    assert "keeping the promoted model" in bad.decision
     reg = ModelRegistry(store, "digits", "cnn")
     assert reg.promoted().number == good.model_version          # the pointer did not move
     assert reg.meta(bad.model_version)["gate"]["passed"] is False  # kept for inspection
