@@ -35,7 +35,7 @@ class Patterns:
         rng = np.random.default_rng([self.seed, salt])
         x = base[labels] + self.drift * phase * towards[labels]
         x = x + rng.normal(0, self.noise, x.shape)
-        return np.clip(np.rint(128 + 32 * x), 0, 255).astype(np.uint8).reshape(len(labels), -1)
+        return np.clip(np.rint(128 + 12 * x), 0, 255).astype(np.uint8).reshape(len(labels), -1)
 
 
 def drift_mix(uploads: int, classes: int = 10, width: float = 2.5) -> np.ndarray:

@@ -25,6 +25,7 @@ from shardline.trainer.context import RunContext
 from shardline.trainer.dist import barrier
 from shardline.trainer.evaluate import EvalResult
 from shardline.trainer.factory import info_record
+from shardline.trainer.gate import score_name
 from shardline.trainer.loop import LoopState
 from shardline.trainer.moves import pinned
 from shardline.trainer.promote import Decision, decide, promote
@@ -106,7 +107,8 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
            after: EvalResult, resumed_at: int | None, step: StepPlan) -> TrainResult:
     """Gate, save (rank 0), promote, and return the same result on every rank."""
     decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train,
-                      ctx.dataset_version)
+                      ctx.dataset_version, score_name(ctx.objective.kind)
+                      if ctx.hooks.score is None else "score")
     number = 0
     if ctx.info.is_main:
         number, decision = _save(ctx, model, opt, loader, state, decision, before, after,

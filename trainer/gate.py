@@ -57,12 +57,22 @@ class Check:
         return self.result.worse(self.alpha, self.tolerance)
 
 
+# the mean of a kind's per-row score (``Objective.row_score``), by the name the gate uses
+SCORE_NAMES = {"class": "accuracy", "mask": "pixel accuracy", "multilabel": "row F1",
+               "regression": "negative MSE"}
+_FRACTIONS = ("accuracy", "pixel accuracy", "row F1")
+
+
+def score_name(kind: str) -> str:
+    return SCORE_NAMES.get(kind, "row score")
+
+
 def _value(x: float, metric: str) -> str:
-    return f"{100 * x:.2f} %" if metric == "accuracy" else f"{x:.4g}"
+    return f"{100 * x:.2f} %" if metric in _FRACTIONS else f"{x:.4g}"
 
 
 def _diff(x: float, metric: str) -> str:
-    return f"{100 * x:+.2f} points" if metric == "accuracy" else f"{x:+.4g}"
+    return f"{100 * x:+.2f} points" if metric in _FRACTIONS else f"{x:+.4g}"
 
 
 def describe(c: Check, metric: str) -> str:

