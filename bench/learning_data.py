@@ -78,7 +78,7 @@ def oracle_set(gen: Patterns, uploads_so_far: int, uploads: int, rows: int, seed
     return np.concatenate(labs), np.concatenate(ims)
 
 
-def class_stages(gen: Patterns, stages: int, per_class: int, seed: int, early: float = 0.75
+def class_stages(gen: Patterns, stages: int, per_class: int, seed: int, early: float = 0.9
                  ) -> tuple[list[str], np.ndarray, np.ndarray, list[np.ndarray]]:
     """Class-incremental uploads: stage s brings classes 2s, 2s+1 (``early`` of their rows)
     plus a share of every earlier class's remaining rows; the last stage's classes come

@@ -25,7 +25,8 @@ from shardline.bench.learning_data import Patterns, class_stages, drifting_uploa
 from shardline.core.config import Config, DatasetConfig, ImageSpec, StoreSettings
 from shardline.core.errors import ShardlineError
 from shardline.core.store import ObjectStore
-from shardline.trainer.model import build_model
+from shardline.trainer.checkpoint import load_model_tensors
+from shardline.trainer.model import arch, build_model
 from shardline.trainer.options import RunOptions
 from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.rows import load_rows
@@ -60,9 +61,11 @@ def patterns_config(base: Config, name: str) -> Config:
 @torch.no_grad()
 def oracle_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.ndarray,
                     images: np.ndarray) -> float:
-    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.model)
-    model = build_model(reg.meta(number)["arch"])
-    model.load_state_dict(reg.weights(number))
+    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
+    t = cfg.train
+    model = build_model(arch(t.model, t.width, t.depth, cfg.dataset.image.shape,
+                             len(cfg.dataset.classes)))
+    load_model_tensors(model, reg.weights(number), reg.uri(number))
     model.eval()
     x = torch.from_numpy(images.reshape(len(images), 16, 16, 3)).permute(0, 3, 1, 2)
     hits = 0
@@ -105,7 +108,7 @@ def run_drift(settings: StoreSettings, cfg: Config, scratch_cfg: Config, uploads
 
 
 def _first_classes(store: ObjectStore, cfg: Config, number: int, k: int) -> float | None:
-    rows = load_rows(ModelRegistry(store, cfg.dataset.name, cfg.train.model), number)
+    rows = load_rows(ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name), number)
     if rows is None:
         return None
     mask = rows.labels < k

@@ -88,13 +88,10 @@ def grow_tensors(model: nn.Module, parent: dict[str, torch.Tensor], old: int,
 
     Raises:
         CheckpointError: a tensor differs in another way than the class dimension."""
-    target = unwrap(model)
-    net = getattr(target, "net", target)           # the user's network inside Preprocessed
-    hook = getattr(net, "grow_classes", None)
+    target = unwrap(model)                  # the user's network: what the registry saves
+    hook = getattr(target, "grow_classes", None)
     if callable(hook):
-        prefix = "net." if net is not target else ""
-        inner = {k[len(prefix):]: v for k, v in parent.items() if k.startswith(prefix)}
-        return {f"{prefix}{k}": v for k, v in hook(inner, old).items()}
+        return dict(hook(dict(parent), old))
     own = target.state_dict()
     out = dict(parent)
     for k, fresh in own.items():

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from shardline.trainer.checkpoint import CheckpointError, model_tensors, optimizer_parts
-from shardline.trainer.grow import (
-    ClassListChanged,
-    class_growth,
-    grow_moments,
-    grow_tensors,
-    parent_classes,
+from shardline.trainer.checkpoint import (
+    CheckpointError,
+    load_model_tensors,
+    model_tensors,
+    optimizer_parts,
 )
-from shardline.trainer.model import arch, build_model
+from shardline.trainer.grow import ClassListChanged, class_growth, grow_moments, grow_tensors
+from shardline.trainer.model import arch, build_model, unwrap
 from shardline.trainer.rows import RowScores, rows_from_tensors, rows_tensors
 from shardline.trainer.trust import UntrustedInput
 
@@ -26,12 +25,16 @@ def spec(k: int) -> dict[str, object]:
     return arch("cnn", 8, 2, (8, 8, 1), k)
 
 
+def record(classes: tuple[str, ...]) -> dict[str, object]:
+    """The part of a build record (``factory.build_record``) growth reads."""
+    return {"factory": "shardline.trainer.model:cnn",
+            "target": {"name": "label", "kind": "class", "classes": list(classes)}}
+
+
 def test_appended_classes_grow_the_head() -> None:
-    assert class_growth(spec(3), spec(5), OLD, (*OLD, "d", "e"), "m") == 3
-    assert class_growth(spec(3), spec(3), OLD, OLD, "m") is None          # nothing new
-    # another change besides the classes: not a growth (the run starts from scratch)
-    other = {**spec(5), "width": 16}
-    assert class_growth(spec(3), other, OLD, (*OLD, "d", "e"), "m") is None
+    assert class_growth(record(OLD), record((*OLD, "d", "e")), "m") == (3, (*OLD, "d", "e"))
+    assert class_growth(record(OLD), record(OLD), "m") is None            # nothing new
+    assert class_growth({"factory": "x"}, record(OLD), "m") is None       # nothing recorded
 
 
 @pytest.mark.parametrize(("new", "says"), [(("a", "c", "d"), "class 'b' removed"),
@@ -39,17 +42,15 @@ def test_appended_classes_grow_the_head() -> None:
 def test_a_removed_or_reordered_class_is_refused_in_one_line(new: tuple[str, ...],
                                                               says: str) -> None:
     with pytest.raises(ClassListChanged) as err:
-        class_growth(spec(3), spec(len(new)), OLD, new, "s3://b/models/x/000001/meta.json")
+        class_growth(record(OLD), record(new), "s3://b/models/x/000001/meta.json")
     text = str(err.value)
     assert "\n" not in text and says in text and "appended at the end" in text
     assert "000001/meta.json" in text
 
 
 def test_parent_classes_are_read_as_untrusted_input() -> None:
-    assert parent_classes({"config": {"dataset": {"classes": ["a", "b"]}}}, "m") == ("a", "b")
-    assert parent_classes({}, "m") is None
     with pytest.raises(UntrustedInput, match="not a list of names"):
-        parent_classes({"config": {"dataset": {"classes": "ab"}}}, "m")
+        class_growth({"target": {"classes": "ab"}}, record(OLD), "m")
 
 
 def test_grown_model_predicts_the_old_classes_exactly_like_the_parent() -> None:
@@ -57,14 +58,14 @@ def test_grown_model_predicts_the_old_classes_exactly_like_the_parent() -> None:
     parent = build_model(spec(3)).eval()
     child = build_model(spec(5)).eval()
     grown = grow_tensors(child, model_tensors(parent), 3, "m")
-    child.load_state_dict(grown)
+    load_model_tensors(child, grown, "m")
     x = torch.randint(0, 256, (16, 1, 8, 8), dtype=torch.uint8)
     with torch.no_grad():
         a, b = parent(x), child(x)
     assert b.shape == (16, 5)
     assert torch.equal(a, b[:, :3])
     # the new classes' rows are the fresh model's initialisation, not zeros
-    assert child.head[-1].weight[3:].abs().sum() > 0
+    assert model_tensors(child)["head.2.weight"][3:].abs().sum() > 0
 
 
 def test_a_tensor_that_changed_otherwise_is_refused() -> None:
@@ -83,7 +84,7 @@ def test_a_model_hook_replaces_the_rule() -> None:
         seen["old"] = old
         return model_tensors(child)
 
-    child.grow_classes = hook  # type: ignore[assignment]
+    unwrap(child).grow_classes = hook  # type: ignore[assignment]
     out = grow_tensors(child, model_tensors(build_model(spec(3))), 3, "m")
     assert seen == {"old": 3} and out["head.2.weight"].shape == (5, 4 * 16)
 
