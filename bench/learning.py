@@ -138,6 +138,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--uploads", type=int, default=8)
     p.add_argument("--rows", type=int, default=600, help="drift: rows per upload")
     p.add_argument("--per-class", type=int, default=300, help="classes: rows per class")
+    p.add_argument("--noise", type=float, default=None,
+                   help="patterns: pixel noise (default: drift 6, classes 8)")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--scratch-epochs", type=int, default=None, help="default: --epochs")
     p.add_argument("--replay", type=float, default=d.replay_ratio)
@@ -190,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
 def run_one(args: argparse.Namespace, settings: StoreSettings, cfg: Config,
             scratch_cfg: Config, seed: int) -> dict[str, Any]:
     if args.scenario == "drift":
-        return run_drift(settings, cfg, scratch_cfg, args.uploads, args.rows, seed)
+        return run_drift(settings, cfg, scratch_cfg, args.uploads, args.rows, seed,
+                         args.noise or 6.0)
     if args.scenario == "classes":
-        return run_classes(settings, cfg, scratch_cfg, 5, args.per_class, seed)
+        return run_classes(settings, cfg, scratch_cfg, 5, args.per_class, seed,
+                           args.noise or 8.0)
     return run_seed(settings, cfg, scratch_cfg, args.uploads, seed)
 
 

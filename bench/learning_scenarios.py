@@ -75,8 +75,8 @@ def oracle_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.nda
 
 
 def run_drift(settings: StoreSettings, cfg: Config, scratch_cfg: Config, uploads: int,
-              rows: int, seed: int) -> dict[str, Any]:
-    gen = Patterns(seed=seed)
+              rows: int, seed: int, noise: float) -> dict[str, Any]:
+    gen = Patterns(seed=seed, noise=noise)
     ids, labels, images, parts = drifting_uploads(gen, uploads, rows, seed)
     data: Rows = (ids, labels, images)
     chain_store, scratch_store = new_store(settings), new_store(settings)
@@ -128,8 +128,8 @@ def publish_stage(store: ObjectStore, ds: DatasetConfig, full: DatasetConfig,
 
 
 def run_classes(settings: StoreSettings, cfg: Config, scratch_cfg: Config, stages: int,
-                per_class: int, seed: int) -> dict[str, Any]:
-    gen = Patterns(seed=seed, drift=0.0)
+                per_class: int, seed: int, noise: float) -> dict[str, Any]:
+    gen = Patterns(seed=seed, drift=0.0, noise=noise)
     ids, labels, images, parts = class_stages(gen, stages, per_class, seed)
     data: Rows = (ids, labels, images)
     chain_store, scratch_store = new_store(settings), new_store(settings)
