@@ -49,6 +49,9 @@ class EvalResult:
     new_classes_accuracy: float | None = None
     # per-row outcomes (not in to_dict: stored beside the weights, ``trainer.rows``)
     rows: RowScores | None = field(default=None, repr=False, compare=False)
+    # class list grown: the same rows scored on the parent's classes only (the forgetting
+    # check asks the candidate the parent's question); not in to_dict either
+    rows_known: RowScores | None = field(default=None, repr=False, compare=False)
 
     def accuracy_on(self, versions: Iterable[int]) -> float | None:
         """Sample-weighted accuracy over some dataset versions' held-out rows."""
@@ -58,7 +61,8 @@ class EvalResult:
         return hits / n if n else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("rows", "rows_known")}
 
 
 def earlier_upto(since: int | None, dataset_version: int) -> int | None:

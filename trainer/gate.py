@@ -11,7 +11,10 @@ p below ``alpha``) that is at least the tolerance (the smallest drop that matter
    models (Bonferroni: holding the candidate to the best of many models must not make a
    false refusal more likely). The reason names the one closest to refusing.
 3. **Forgetting**: the live model on earlier data (rows of the dataset versions the live
-   model was trained on): ``forget_tolerance``.
+   model was trained on): ``forget_tolerance``. When the class list grew, the live model
+   could only answer among its own classes; the candidate is then asked the same question
+   on those rows (its outputs for the parent's classes only), so a harder question (more
+   classes to choose from) is not mistaken for forgetting.
 
 So a candidate that is better on the data as it is now is not vetoed by a drop within
 noise on old rows, and a string of small, individually insignificant losses still meets
@@ -93,8 +96,11 @@ def _evidence(c: Check) -> dict[str, Any]:
 
 def checks(candidate: RowScores, live: tuple[int, RowScores] | None,
            earlier_promoted: Sequence[tuple[int, RowScores]], since: int | None,
-           rules: Rules) -> list[Check]:
-    """Every paired comparison the gate makes (see the module docstring)."""
+           rules: Rules, known: RowScores | None = None,
+           known_classes: int | None = None) -> list[Check]:
+    """Every paired comparison the gate makes (see the module docstring). ``known``: the
+    candidate's scores on its first ``known_classes`` outputs (a grown head), used for the
+    forgetting check, where the live model could only answer among those classes."""
     out: list[Check] = []
     if live is not None:
         n, rows = live
@@ -102,9 +108,12 @@ def checks(candidate: RowScores, live: tuple[int, RowScores] | None,
         if got is not None:
             out.append(Check(f"live model {n}", "held-out", got, rules.alpha, rules.tolerance))
         if since is not None:
-            got = compare(*candidate.up_to(since).paired(rows.up_to(since)), rules.alpha)
+            mine = candidate if known is None else known
+            got = compare(*mine.up_to(since).paired(rows.up_to(since)), rules.alpha)
+            who = f"live model {n}" if known is None else \
+                f"live model {n} (both answering among its {known_classes} classes)"
             if got is not None:
-                out.append(Check(f"live model {n}", "earlier data", got, rules.alpha,
+                out.append(Check(who, "earlier data", got, rules.alpha,
                                  rules.forget_tolerance))
     k = max(len(earlier_promoted), 1)
     for n, rows in earlier_promoted:
@@ -117,7 +126,8 @@ def checks(candidate: RowScores, live: tuple[int, RowScores] | None,
 
 def gate(candidate: RowScores | None, live: tuple[int, RowScores] | None,
          earlier_promoted: Sequence[tuple[int, RowScores]] = (), since: int | None = None,
-         rules: Rules = Rules()) -> Decision:
+         rules: Rules = Rules(), known: RowScores | None = None,
+         known_classes: int | None = None) -> Decision:
     """Promote or not, and why, from per-row scores (higher is better).
 
     ``live``: (model number, its scores on this run's held-out rows), None when there is no
@@ -127,7 +137,7 @@ def gate(candidate: RowScores | None, live: tuple[int, RowScores] | None,
     if candidate is None or not len(candidate):
         return Decision(False, "no held-out rows to evaluate the candidate on; keeping the "
                                "promoted model (raise train.holdout_fraction)")
-    found = checks(candidate, live, earlier_promoted, since, rules)
+    found = checks(candidate, live, earlier_promoted, since, rules, known, known_classes)
     evidence = [_evidence(c) for c in found]
     mean = candidate.mean()
     assert mean is not None

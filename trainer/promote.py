@@ -108,7 +108,8 @@ def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
         if rows is not None:
             others.append((best, rows))
     upto = earlier_upto(start.since_dataset_version, dataset_version)
-    decision = gate(after.rows, live, others, upto, rules(train, metric))
+    decision = gate(after.rows, live, others, upto, rules(train, metric),
+                    after.rows_known, start.parent_classes)
     if start.promoted is not None and live is None:
         decision = Decision(decision.promote, f"promoted model {live_n} cannot be evaluated "
                             "on this data (other input shape or classes); "

@@ -13,6 +13,7 @@ Runs alone or under torchrun (every rank calls ``train``; rank 0 writes to the r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -139,6 +140,9 @@ class _Trainer:
         # a resumed run's saved evaluations carry no per-row results: the gate needs them
         after = self.last_eval if self.last_eval and self.last_eval.rows is not None \
             else self._eval(model)
+        if ctx.start.parent_classes is not None:      # grown head: the parent's question too
+            after = dataclasses.replace(
+                after, rows_known=self._eval(model, ctx.start.parent_classes).rows)
         return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at,
                       self.step)
 

@@ -114,6 +114,22 @@ def test_the_best_promoted_model_is_compared_on_its_own_rows() -> None:
     assert d.promote
 
 
+def test_after_growth_forgetting_asks_the_parents_question() -> None:
+    """Classes grew 2 -> 4: on the earlier rows the live model could only choose among its
+    2 classes; the candidate, choosing among 4, is wrong more often there without having
+    forgotten anything. Asked the parent's question (its first 2 outputs) it is not worse."""
+    cand_full, live = pair(400, 280, 10, 60, seed=3)        # -12.5 points among 4 classes
+    cand_known, _ = pair(400, 330, 12, 8, seed=3)           # among the parent's 2: +1 point
+    cand_known = RowScores(cand_full.ids, cand_known.scores, cand_full.versions,
+                           cand_full.labels)
+    live = RowScores(cand_full.ids, live.scores, cand_full.versions, cand_full.labels)
+    assert not gate(cand_full, (1, live), since=1, rules=RULES).promote
+    d = gate(cand_full, (1, live), since=1, rules=RULES, known=cand_known, known_classes=2)
+    assert [e["scope"] for e in d.evidence] == ["held-out", "earlier data"]
+    assert "both answering among its 2 classes" in d.evidence[1]["against"]
+    assert d.evidence[1]["diff"] > 0 and d.evidence[0]["diff"] < 0
+
+
 def test_regression_scores_use_the_paired_bootstrap() -> None:
     rng = np.random.default_rng(0)
     err = rng.normal(0, 1, 500).astype(np.float32)
