@@ -22,6 +22,7 @@ The report (JSON) is written to ``reports/<run>/validation.json`` whatever the o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from shardline.core.schema import report_key
 from shardline.core.store import Store
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA
 from shardline.tasks.convert.stage import Converted
+from shardline.tasks.mistakes import REFUSED_ROWS, mistakes_line, refused_rows
 from shardline.tasks.validate_fields import field_expectations, field_frames
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,7 @@ class ValidationReport:
     results: list[dict[str, Any]]
     counts: dict[str, Any]
     report: str          # s3:// URI of the JSON report
+    mistakes: str = ""   # a failed batch's refused rows in one line (tasks.mistakes)
 
     def summary(self) -> dict[str, Any]:
         failed = [r["expectation"] for r in self.results if not r["success"]]
@@ -200,9 +203,16 @@ def validate(store: Store, cfg: DatasetConfig, conv: Converted) -> ValidationRep
     key = report_key(cfg.prefix, conv.run_id)
     report = ValidationReport(success, sorted({r["suite"] for r in results}), results, counts,
                               store.uri(key))
+    refused = [] if success else refused_rows(
+        store, [s.path for s in conv.quarantine_shards])
+    mistakes = mistakes_line(refused, store.uri) if refused else ""
+    report = dataclasses.replace(report, mistakes=mistakes)
     store.put_json(key, {"batch": conv.batch.id, "run": conv.run_id, "success": success,
                          "counts": counts, "results": results,
-                         "quarantined_examples": conv.quarantine_examples(store=store)})
+                         "quarantined_examples": conv.quarantine_examples(store=store),
+                         # a failed batch publishes no quarantine: its rows are kept here
+                         # for `shardline quarantine` (the first REFUSED_ROWS)
+                         "mistakes": mistakes, "refused_rows": refused[:REFUSED_ROWS]})
     log.info("validation %s for batch %s: %d expectations, report %s",
              "passed" if success else "FAILED", conv.batch.id, len(results), report.report)
     return report
@@ -213,8 +223,9 @@ def require_success(report: ValidationReport, batch_id: str) -> None:
     if report.success:
         return
     c = report.counts
+    lead = f"{report.mistakes}. " if report.mistakes else ""
     raise ValidationFailed(
-        f"batch {batch_id} failed validation, nothing was published: "
+        f"{lead}batch {batch_id} failed validation, nothing was published: "
         f"{report.failure_message()}. Rows: {c['rows']} in, {c['quarantined']} quarantined "
         f"({c['quarantine_fraction']:.1%}, limit {c['max_quarantine_fraction']:.1%}) by rule "
         f"{c['by_rule']}. Fix the uploads (see the quarantine reasons and {report.report}), "

@@ -6,9 +6,11 @@ imports them): ``python -m shardline.cli.main`` then loads every module once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import typer
@@ -86,10 +88,58 @@ def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
     from shardline.flows.ingest import ingest as ingest_flow
 
     with err.status(f"ingesting with {config} (Prefect: "
-                    f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})", spinner="dots"):
+                    f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})",
+                    spinner="dots") as status, _run_logs_off_console(status):
         if quiet:
             logging.getLogger("prefect").setLevel(logging.WARNING)
         return dict(ingest_flow(config=str(config)))
+
+
+# Warnings of our own code during the last CLI ingest (kept off the console while it runs).
+RUN_WARNINGS: list[str] = []
+
+
+class _RunLogs(logging.Filter):
+    """Keeps flow- and task-run records off the console (they still reach the Prefect API
+    and its UI): the command prints its outcome, or one error line. On a terminal the
+    spinner shows the latest stage's message."""
+
+    def __init__(self, status: Any) -> None:
+        super().__init__()
+        self.status = status
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("shardline") and record.levelno >= logging.WARNING:
+            RUN_WARNINGS.append(" ".join(record.getMessage().split()))
+            return False   # printed after the run, or summed up in its error line
+        if not record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
+            return True
+        if record.levelno == logging.INFO and err.is_terminal:
+            task = getattr(record, "task_run_name", None) or ""
+            text = " ".join(record.getMessage().split())[:100]
+            self.status.update(f"{task}: {escape(text)}" if task else escape(text))
+        return False
+
+
+@contextlib.contextmanager
+def _run_logs_off_console(status: Any) -> Iterator[None]:
+    """Without --debug, :class:`_RunLogs` on the console handlers (the root logger's)."""
+    from shardline.cli.output import debug
+
+    if debug():
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler)]
+    quiet = _RunLogs(status)
+    RUN_WARNINGS.clear()
+    for h in handlers:
+        h.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(quiet)
 
 
 def check_ingest(config: str) -> None:

@@ -42,9 +42,17 @@ def quarantine(config: str = ConfigOpt,
                                            "(default: latest)"),
                all_batches: bool = AllOpt, limit: int = LimitOpt, as_json: bool = JsonOpt
                ) -> None:
-    """Rows a version rejected: object key, row, rule broken, message, and an excerpt."""
+    """Rows a version rejected: object key, row, rule broken, message, and an excerpt.
+
+    Without --version, when the newest ingest's batch failed validation (nothing published
+    after it), its refused rows (from its validation report).
+
+    Example: shardline quarantine -c examples/digits.toml --limit 20
+    """
     prepare()
     try:
+        if version is None and not all_batches and _show_failed(config, limit, as_json):
+            return
         _, ds = _open(config, version)
         table = ds.quarantine(all_batches=all_batches)
     except ShardlineError as exc:
@@ -60,6 +68,35 @@ def quarantine(config: str = ConfigOpt,
          empty=f"{ds.name} v{ds.version} quarantined nothing")
     if len(shown) < len(records):
         line(f"... {len(records) - len(shown)} more (--limit 0 shows all, --json for data)")
+
+
+def _show_failed(config: str, limit: int, as_json: bool) -> bool:
+    """Print the refused rows of the newest failed batch, if the newest ingest failed."""
+    from shardline.cli import preflight
+    from shardline.tasks.mistakes import latest_failed_report
+
+    cfg = preflight.config(config)
+    store = _store()
+    preflight.s3(store.settings)
+    doc = latest_failed_report(store, cfg.dataset.prefix)
+    if doc is None:
+        return False
+    records = [{"key": r["source_key"], "row": r["source_row"], "id": r["id"],
+                "rule": r["rule"], "message": r["message"], "excerpt": r.get("excerpt", "")}
+               for r in doc.get("refused_rows", [])]
+    if as_json:
+        emit_json({"dataset": cfg.dataset.name, "version": None, "failed_batch": doc["batch"],
+                   "report": doc["uri"], "rows": records})
+        return True
+    total = int(doc.get("counts", {}).get("quarantined", len(records)))
+    shown = records if limit == 0 else records[:limit]
+    rows(shown, title=f"{cfg.dataset.name}: batch {doc['batch']} failed validation, nothing "
+         f"published; {total} refused row(s) (report {doc['uri']})",
+         empty=f"batch {doc['batch']} failed validation; its report lists no rows")
+    if len(shown) < total:
+        line(f"... {total - len(shown)} more (the report {doc['uri']} keeps the first "
+             f"{len(records)}; --limit 0 shows those)")
+    return True
 
 
 def _excerpt(raw: bytes | None, width: int = 60) -> str:

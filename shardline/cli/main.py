@@ -14,6 +14,7 @@ the traceback.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from typing import Any
 
@@ -22,6 +23,7 @@ import typer
 from shardline import __version__
 from shardline.cli import preflight
 from shardline.cli.common import (
+    RUN_WARNINGS,
     ConfigOpt,
     JsonOpt,
     check_ingest,
@@ -32,7 +34,7 @@ from shardline.cli.common import (
     use_stack_env,
 )
 from shardline.cli.output import emit_json, err, fail, one_line, out, rows, set_debug
-from shardline.core.errors import ShardlineError
+from shardline.core.errors import ShardlineError, ValidationFailed
 
 __all__ = ["ConfigOpt", "JsonOpt", "app", "err", "fail", "out", "prepare", "use_stack_env"]
 
@@ -87,8 +89,18 @@ def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     try:
         check_ingest(config)
         result = run_ingest(config)
+    except ValidationFailed as exc:   # the line names the mistakes; the rows are one command away
+        aside = len({m.group(1) for w in RUN_WARNINGS
+                     if (m := re.search(r"(s3://\S+) \(ETag \S+\) is set aside", w))})
+        again = f" {aside} source(s) set aside: upload again (fixed) to retry." if aside else ""
+        line = ValidationFailed(f"{exc}{again} The refused rows: shardline quarantine -c "
+                                f"{config}")
+        line.__cause__ = exc
+        fail(line, as_json)
     except ShardlineError as exc:
         fail(exc, as_json)
+    for w in RUN_WARNINGS:
+        err.print(f"[yellow]warning:[/] {_escape(w)}", soft_wrap=True)
     if as_json:
         emit_json(result)
         return

@@ -45,6 +45,7 @@ from shardline.tasks.convert.typed_readers import (
     field_values,
     image_file_record,
     require_columns,
+    require_shorthand_columns,
     typed_columns,
     typed_parquet_records,
 )
@@ -93,17 +94,21 @@ def read_jsonl(data: bytes, src: Source, cfg: DatasetConfig, first_row: int = 0,
     """Lines of ``data``; ``first_row`` is the line number of its first line within the
     object (non-zero for a slice), so rows are numbered as in the whole object.
 
-    Typed fields, whole object: its rows are held until every line is parsed, so a declared
-    key that no record has quarantines the object once (``missing_field``), not per row (a
-    slice of a large object is never refused whole: its rows report ``missing_value``)."""
+    Whole object: its rows are held until every line is parsed, so a declared key that no
+    record has quarantines the object once (typed: ``missing_field``; the shorthand's
+    label/image/id column: ``missing_column``), not per row (a slice of a large object is
+    never refused whole: its rows report the value missing)."""
     seen: set[str] = set()
     items = _jsonl_items(data, cfg, first_row, seen)
-    if not (cfg.typed and whole):
+    if not whole:
         yield from items
         return
     held = list(items)
     if any(isinstance(r, Record) for r in held):
-        require_columns(cfg, seen, "keys")
+        if cfg.typed:
+            require_columns(cfg, seen, "keys")
+        else:
+            require_shorthand_columns(cfg, seen)
     yield from held
 
 
@@ -140,8 +145,8 @@ def _jsonl_items(data: bytes, cfg: DatasetConfig, first_row: int, seen: set[str]
                           f"expected a JSON object, got {type(obj).__name__}", line[:4096])
             continue
         tail = j == last and not data.endswith(b"\n")
+        seen.update(obj)
         if cfg.typed:
-            seen.update(obj)
             values = {n: obj.get(cfg.source_column(n), ABSENT) for n, _ in cfg.field_specs}
             yield Record(i, obj.get(cfg.id_column), obj.get(target, ABSENT), None, line,
                          tail_cut=tail, values=values)
@@ -175,6 +180,8 @@ def read_csv(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Record | 
                          f"({excerpt(','.join(header))}) but no rows")
     if cfg.typed:
         require_columns(cfg, header, "columns")
+    else:
+        require_shorthand_columns(cfg, header)
     for i, (fields, err) in enumerate(rows):
         raw = ",".join(fields).encode()[:4096] if fields else None
         if err is not None and "field larger than field limit" in err:
@@ -232,6 +239,8 @@ def read_parquet(data: bytes, src: Source, cfg: DatasetConfig) -> Iterator[Recor
         raise Unreadable("empty_object", "the Parquet file holds 0 rows")
     if cfg.typed:
         require_columns(cfg, names, "columns")
+    else:
+        require_shorthand_columns(cfg, names)
     yield from _parquet_records(table, cfg)
 
 

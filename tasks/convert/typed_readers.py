@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import io
+import json
 import posixpath
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -48,6 +49,19 @@ def require_columns(cfg: DatasetConfig, found: Iterable[str], what: str) -> None
                              "optional = true" if kind == "field" else
                              f"{kind} {name!r} (column {col!r}) is not in this source; "
                              f"{what} found: {shown}. Add it or set [dataset.target] column")
+
+
+def require_shorthand_columns(cfg: DatasetConfig, found: Iterable[str]) -> None:
+    """The shorthand (``label_column``, ``[dataset.image] column``, ``id_column``): raise
+    :class:`Unreadable` (``missing_column``) once for a source none of whose rows can have
+    a required column, naming the columns found and the setting that renames it."""
+    have = set(found)
+    for col, setting in ((cfg.label_column, "label_column"), (cfg.image.column,
+                         "[dataset.image] column"), (cfg.id_column, "id_column")):
+        if col not in have:
+            shown = excerpt(", ".join(sorted(have)) or "(none)", 300)
+            raise Unreadable("missing_column", f"no column {json.dumps(col)}; columns found: "
+                             f"{shown}; set {setting} (or add the column)")
 
 
 def typed_parquet_records(table: pa.Table, cfg: DatasetConfig, first_row: int = 0
