@@ -42,7 +42,7 @@ def config(name: str, classes: int) -> DatasetConfig:
     return parse_config({"dataset": {
         "name": name, "incoming": f"incoming/{name}/", "root": "lake",
         "classes": [f"c{i}" for i in range(classes)], "image": {"shape": [8, 8, 1]},
-        "validation": {"max_quarantine_fraction": 0.5}, "sweep_after_minutes": 600.0,
+        "validation": {"max_quarantine_fraction": 0.5},
     }}).dataset
 
 

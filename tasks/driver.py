@@ -23,6 +23,7 @@ from shardline.core.errors import (
     ConfigError,
     ObjectChanged,
     PublishConflict,
+    PublishIncomplete,
     ServiceUnavailable,
     WorkerStoreError,
     is_transient,
@@ -38,7 +39,11 @@ _log = logging.getLogger(__name__)
 # Not the batch's fault: a wrong config (it would strike every upload it meets), a lost
 # race, a service down, a source changed while read, a store error inside a Spark task.
 ENVIRONMENT: tuple[type[BaseException], ...] = (
-    ConfigError, PublishConflict, ServiceUnavailable, ObjectChanged, WorkerStoreError)
+    ConfigError, PublishConflict, PublishIncomplete, ServiceUnavailable, ObjectChanged,
+    WorkerStoreError)
+# Worth running the batch again from detect: a lost race, or an object the version was to
+# name removed before the commit (a sweep on a host with a bad clock).
+RACES: tuple[type[BaseException], ...] = (PublishConflict, PublishIncomplete)
 
 
 def environment_failure(exc: BaseException) -> bool:
@@ -76,9 +81,12 @@ def run_ingest(stages: Stages, run_id: str, policy: Policy = Policy(),
             stages.published(done)
         return done
 
-    results, failure = drain(one_batch, policy.max_batches, log)
-    stages.progress(100.0)
-    stages.sweep(run_id)       # earlier runs' leftovers: after the versions, off their path
+    try:
+        results, failure = drain(one_batch, policy.max_batches, log)
+        stages.progress(100.0)
+        stages.sweep(run_id)   # earlier runs' leftovers: after the versions, off their path
+    finally:
+        stages.unlease(run_id)
     if failure is not None:
         raise failure
     return results
@@ -86,9 +94,11 @@ def run_ingest(stages: Stages, run_id: str, policy: Policy = Policy(),
 
 def _attempt(stages: Stages, run_id: str, n: int) -> Ingested | None:
     """One batch; None: nothing new. Each pass has its own id (staging, keys, strikes)."""
+    stages.lease(run_id)    # refreshed at each stage: other runs' sweeps keep this run's files
     batch = stages.detect()
     if batch is None:
         return None
+    stages.lease(run_id)
     stages.progress(20.0)
     pass_id = run_id if n == 0 else f"{run_id}r{n}"
     try:
@@ -97,8 +107,10 @@ def _attempt(stages: Stages, run_id: str, n: int) -> Ingested | None:
         if not environment_failure(exc):
             stages.strike_convert(batch, pass_id, exc)
         raise
+    stages.lease(run_id)
     stages.progress(60.0)
     report = stages.validate(conv)
+    stages.lease(run_id)
     stages.progress(75.0)
     if not report.success:
         stages.strike_validate(conv, report)
@@ -109,7 +121,8 @@ def _attempt(stages: Stages, run_id: str, n: int) -> Ingested | None:
 
 def until_published(attempt: Callable[[int], T], attempts: int = 8, backoff_s: float = 1.0,
                     seed: int | None = None, log: Log = _log) -> T:
-    """``attempt(i)`` until it does not lose a race: on :class:`PublishConflict`, or a
+    """``attempt(i)`` until it does not lose a race: on :class:`PublishConflict` or
+    :class:`PublishIncomplete` (an object to be named went missing before the commit), or a
     source replaced while it was read (:func:`source_replaced`: detect then lists the
     replacement as a new upload), wait (exponential backoff with jitter) and run it again;
     other errors go up at once."""
@@ -118,7 +131,7 @@ def until_published(attempt: Callable[[int], T], attempts: int = 8, backoff_s: f
         try:
             return attempt(i)
         except Exception as exc:
-            lost = isinstance(exc, PublishConflict)
+            lost = isinstance(exc, RACES)
             if not (lost or source_replaced(exc)) or i == attempts - 1:
                 raise
             delay = min(backoff_s * 2 ** i, 30.0) * rng.uniform(0.5, 1.5)

@@ -18,6 +18,7 @@ from shardline.tasks.batch import Batch
 from shardline.tasks.convert.converted import Converted
 from shardline.tasks.convert.stage import convert
 from shardline.tasks.detect import detect
+from shardline.tasks.lease import heartbeat, release
 from shardline.tasks.publish import Published, publish
 from shardline.tasks.settle import Settled, wait_until_quiet
 from shardline.tasks.sweep import SweepResult, sweep
@@ -54,6 +55,8 @@ class Stages:
     progress: Callable[[float], object] = nothing               # percent done
     rejected: Callable[[Batch, Converted, ValidationReport], object] = nothing
     published: Callable[[Ingested], object] = nothing
+    lease: Callable[[str], object] = nothing                    # (run id) take/refresh
+    unlease: Callable[[str], object] = nothing                  # (run id) the run ended
 
 
 def plain(store: Store, cfg: DatasetConfig, spark: SparkSettings | None = None, *,
@@ -80,7 +83,9 @@ def plain(store: Store, cfg: DatasetConfig, spark: SparkSettings | None = None, 
             store, cfg, batch, run_id, exc),
         strike_validate=strike_validate,
         settle=lambda quiet_s: wait_until_quiet(store, cfg.incoming, quiet_s),
-        sweep=lambda run_id: sweep(store, cfg, keep_run=run_id, full=False))
+        sweep=lambda run_id: sweep(store, cfg, keep_run=run_id, full=False),
+        lease=lambda run_id: heartbeat(store, cfg.prefix, run_id),
+        unlease=lambda run_id: release(store, cfg.prefix, run_id))
 
 
 @dataclass

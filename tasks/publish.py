@@ -5,8 +5,13 @@ Order is what makes it safe:
    publishers of the same batch never write the same key;
 2. write the batch's id index (the ids later batches are checked against);
 3. build the version (``shardline.core.builder``: the batch's shard list, a checkpoint when
-   one is due) and commit ``versions/v<N+1>.json`` with ``If-None-Match: *`` after the
-   objects it references. The version exists from that moment, and only then.
+   one is due), write the objects it references, check that every object this batch adds
+   exists with its size (a HEAD each: a sweep on a host with a bad clock, or a person, may
+   have removed one; older batches' objects were checked by their own commits and the
+   sweep keeps what the latest version names), and commit ``versions/v<N+1>.json`` with
+   ``If-None-Match: *``. The version exists from that moment, and only then. A missing
+   object raises :class:`PublishIncomplete` with nothing committed; the driver converts the
+   batch again, as after a lost race.
 On a lost race (HTTP 412) the publisher re-reads the latest version: if its batch is in it,
 someone published the same uploads and this run returns that version (deleting its own
 copies); otherwise it rebases onto the new latest and tries the next number. Finally the
@@ -15,6 +20,7 @@ claim ledger is written and the staging folder removed.
 
 from __future__ import annotations
 
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,9 +28,15 @@ from dataclasses import dataclass
 import pyarrow.compute as pc
 
 from shardline.core import layout
-from shardline.core.builder import NewBatch, build_version, commit_version
+from shardline.core.builder import NewBatch, VersionDraft, build_version, commit_version
 from shardline.core.config import DatasetConfig, config_to_dict
-from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
+from shardline.core.errors import (
+    ObjectExists,
+    PublishConflict,
+    PublishIncomplete,
+    ShardlineError,
+    StoreError,
+)
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary
 from shardline.core.schema import schema_info
@@ -76,8 +88,38 @@ def _entry(path: str, s: WrittenShard, bid: str, part: dict[str, str], comp: str
 
 
 def _copy_all(store: Store, pairs: list[tuple[str, str]]) -> None:
+    def copy(pair: tuple[str, str]) -> None:
+        try:
+            store.copy(*pair)
+        except StoreError as exc:
+            if store.head(pair[0]) is None:
+                raise PublishIncomplete(
+                    f"{store.uri(pair[0])} was removed before publish copied it (a sweep or "
+                    "a person); nothing was committed, the batch is converted again") from exc
+            raise
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda p: store.copy(p[0], p[1]), pairs))
+        list(pool.map(copy, pairs))
+
+
+def _check_named(store: Store, draft: VersionDraft, sized: dict[str, int | None]) -> None:
+    """Every object this batch adds exists with its size, just before the commit."""
+    want: dict[str, int | None] = {**sized, **{k: len(b) for k, b in draft.objects.items()}}
+
+    def problem(item: tuple[str, int | None]) -> str | None:
+        key, size = item
+        info = store.head(key)
+        if info is None:
+            return f"{store.uri(key)} is missing"
+        if size is not None and info.size != size:
+            return f"{store.uri(key)} has {info.size} bytes, not {size}"
+        return None
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        bad = [p for p in pool.map(problem, want.items()) if p]
+    if bad:
+        raise PublishIncomplete(
+            f"version {draft.doc.version}: {len(bad)} object(s) it names changed before the "
+            f"commit (e.g. {bad[0]}; removed by a sweep or a person); nothing was committed, "
+            "the batch is converted again")
 
 
 def _check_rebase(store: Store, cfg: DatasetConfig, conv: Converted,
@@ -161,12 +203,15 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
             _copy_all(store, [(src, e.path) for src, e in data + quarantine])
             store.copy(conv.ids_key, ids_path)   # the id file the duplicate check staged
             copied = [e.path for _, e in data + quarantine] + [ids_path]
+        sized: dict[str, int | None] = {e.path: e.bytes for _, e in data + quarantine}
+        sized[ids_path] = None
         draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
                               parent=latest, batch=batch, validation=validation,
                               holdout_fraction=_fraction(cfg, batch))
         copied += draft.run_objects
         try:
-            m = commit_version(store, draft)
+            m = commit_version(store, draft, check=functools.partial(
+                _check_named, store, draft, sized))
         except ObjectExists:
             log.info("version %d was taken by a concurrent publisher (attempt %d); retrying",
                      draft.doc.version, attempt + 1)

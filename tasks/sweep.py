@@ -1,30 +1,40 @@
 """Sweep: remove what crashed or losing runs left behind, once it is old enough.
 
-- ``staging/<run>/`` folders whose newest object is older than ``sweep_after_minutes``;
+Age is judged by the store's clock, never the local one (``tasks.lease.store_now``: the
+``LastModified`` of a marker the sweep writes), so a host whose clock runs ahead sweeps
+exactly what a correct one would. The window, ``sweep_after_minutes``, defaults to three
+days (Iceberg's orphan cleanup; Delta's VACUUM keeps seven) and may not go under a day
+(``core.config_model.SWEEP_FLOOR_MINUTES``): a run slower than the window could otherwise
+lose its own files. A running ingest's lease (``tasks.lease``) keeps its staging and its
+copies whatever their age. What goes:
+
+- ``staging/<run>/`` folders whose newest object is older than the window and whose run
+  holds no live lease;
 - objects under ``shards/``, ``quarantine/``, ``ids/`` and batch lists under
   ``manifests/`` that the latest version does not name (copies of a run that crashed before
-  its commit, or lost a race) and are older than the same age. The latest version names
-  every live file (its batch lists name every live shard; no batch is ever removed yet);
-  young files are left alone because a publisher may be about to commit them. Checkpoints
-  are kept: older versions' documents reference them.
+  its commit, or lost a race), older than the window and of no live run. The latest
+  version names every live file (its batch lists name every live shard; no batch is ever
+  removed yet). Checkpoints are kept: older versions' documents reference them.
 - A compaction (``tasks.compact``) is the one commit that stops naming objects: the shards
   and batch lists it replaced. They are old files, so their age says nothing; what counts is
   how long ago they stopped being live. Every compaction committed within
   ``retain_replaced_minutes`` (default a day) keeps what its parent named, so readers of
   the version before a compaction have that long to finish; after it they are swept.
-Readers never list these folders, so sweeping changes nothing they can see.
+Readers never list these folders, so sweeping changes nothing they can see. Should a sweep
+still take an object a publish is about to name, the publish's check before its commit
+(``tasks.publish``) finds it missing and the driver runs the batch again.
 
 The orphan scan lists every shard, quarantine shard, id file and batch list: O(history).
-An ingest run therefore asks for it only when the last scan is ``sweep_after_minutes`` old
-(``full=False``; the time is kept in ``sweep/last-scan.json``): nothing younger than that
-could be removed anyway, so an orphan still goes within two of those periods, and a day of
-frequent uploads pays the listing a few dozen times, not once per upload. The staging
-folders (only crashed runs' and the current one) are swept every time.
+An ingest run therefore asks for it only when the last scan is a window old (``full=False``;
+the store time of the scan is kept in ``sweep/last-scan.json``): nothing younger than that
+could be removed anyway. The staging folders (only crashed runs' and the current one) are
+swept every time.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +45,7 @@ from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.replace import is_compaction
 from shardline.core.store import Store
 from shardline.core.version_doc import UnsupportedFormat
+from shardline.tasks.lease import live_runs, protected, stale, store_now
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +58,21 @@ class SweepResult:
     scanned: bool = True          # the orphan scan ran (``full=False`` skips a recent one)
 
 
+def _local_now() -> datetime:
+    return datetime.now(UTC)
+
+
 def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
-          now: datetime | None = None, full: bool = True) -> SweepResult:
-    """Sweep stale staging runs, then (``full``, or when the last scan is
-    ``sweep_after_minutes`` old) the orphans."""
-    now = now or datetime.now(UTC)
-    cutoff = now - timedelta(minutes=cfg.sweep_after_minutes)
+          now: datetime | None = None, full: bool = True,
+          clock: Callable[[], datetime] = _local_now) -> SweepResult:
+    """Sweep stale staging runs, then (``full``, or when the last scan is a window old) the
+    orphans. ``now``: the store's time (default: read from the store; tests move it
+    forward); ``clock``: the local clock, only compared with the store's to log skew."""
+    now = now or store_now(store, cfg.prefix)
+    _warn_skew(clock(), now)
+    window = timedelta(minutes=cfg.sweep_after_minutes)
+    cutoff = now - window
+    live = live_runs(store, cfg.prefix, now, window) | ({keep_run} if keep_run else set())
     runs: dict[str, list] = {}
     root = layout.staging_prefix(cfg.prefix)
     for o in store.list(root):
@@ -61,7 +81,8 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
     stale_keys: list[str] = []
     stale_runs = 0
     for run, objs in runs.items():
-        if run != keep_run and max(o.last_modified for o in objs) < cutoff:
+        if not protected(f"{root}{run}/", live) and stale(
+                max(o.last_modified for o in objs), now, window):
             stale_runs += 1
             stale_keys.extend(o.key for o in objs)
     store.delete(stale_keys)
@@ -71,20 +92,28 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
                      stale_runs, len(stale_keys))
         return SweepResult(stale_runs, len(stale_keys), 0, scanned=False)
     latest = latest_manifest(store, cfg.prefix)
-    live: set[str] = set()
+    named: set[str] = set()
     if latest is not None:
-        live = _named(latest) | _replaced_recently(
+        named = _named(latest) | _replaced_recently(
             store, cfg, now - timedelta(minutes=cfg.retain_replaced_minutes))
     prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
     prefixes.append(layout.batch_lists_prefix(cfg.prefix))
     orphans = [o.key for p in prefixes for o in store.list(p)
-               if o.key not in live and o.last_modified < cutoff]
+               if o.key not in named and o.last_modified < cutoff
+               and not protected(o.key, live)]
     store.delete(orphans)
     store.put_json(layout.sweep_marker(cfg.prefix), {"scanned_at": now.isoformat()})
     if stale_runs or orphans:
         log.info("swept %d stale staging run(s) (%d objects) and %d orphaned file(s)",
                  stale_runs, len(stale_keys), len(orphans))
     return SweepResult(stale_runs, len(stale_keys), len(orphans))
+
+
+def _warn_skew(local: datetime, store_time: datetime) -> None:
+    skew = (local - store_time).total_seconds()
+    if abs(skew) > 300:
+        log.warning("this host's clock is %+.0f s off the store's; the sweep judges age by "
+                    "the store's clock", skew)
 
 
 def _scan_due(store: Store, cfg: DatasetConfig, cutoff: datetime) -> bool:

@@ -253,7 +253,8 @@ def write_objects(store: Store, draft: VersionDraft) -> None:
         list(pool.map(put, draft.objects.items()))
 
 
-def commit_version(store: Store, draft: VersionDraft) -> Manifest:
+def commit_version(store: Store, draft: VersionDraft,
+                   check: Callable[[], None] | None = None) -> Manifest:
     """Write the objects, then ``versions/v<N>.json`` with If-None-Match: *, then move the
     latest-version hint forward (``core.latest``; best effort, after the commit).
 
@@ -262,6 +263,8 @@ def commit_version(store: Store, draft: VersionDraft) -> Manifest:
             new latest, try N+1).
     """
     write_objects(store, draft)
+    if check is not None:        # the caller's last look at what the version names
+        check()
     store.put_bytes(draft.key, draft.body, if_none_match=True, content_type="application/json")
     advance_hint(store, draft.prefix, draft.doc.version)
     log.info("committed %s (%d bytes, %d batch-list reference(s)%s)", draft.key,

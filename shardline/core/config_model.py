@@ -28,6 +28,10 @@ IMPORT_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 # Share of rows (by id hash, ``core.idhash``) held out for evaluation: [dataset]
 # holdout_fraction, fixed at ingest; [train] holdout_fraction defaults to the same value.
 HOLDOUT_FRACTION = 0.15
+# The sweep window (minutes): Iceberg's orphan cleanup keeps 3 days, Delta's VACUUM 7;
+# under a day a slow run could see its own files swept (issue 23).
+SWEEP_DEFAULT_MINUTES = 3 * 24 * 60.0
+SWEEP_FLOOR_MINUTES = 24 * 60.0
 
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]     # strict float still takes a TOML integer
@@ -125,8 +129,9 @@ class DatasetConfig:
     shards: ShardSpec = dataclasses.field(default_factory=ShardSpec)
     validation: ValidationSpec = dataclasses.field(default_factory=ValidationSpec)
     limits: LimitsSpec = dataclasses.field(default_factory=LimitsSpec)
-    # Staging folders and unreferenced shards older than this are swept by later runs.
-    sweep_after_minutes: Float = Field(default=60.0, gt=0)
+    # Staging folders and unreferenced shards older than this (by the store's clock, and
+    # of no running ingest) are swept by later runs; three days, at least one.
+    sweep_after_minutes: Float = Field(default=SWEEP_DEFAULT_MINUTES)
     # Shards a compaction replaced stay this long after it, for readers (a training run, a
     # loader) of the versions before it.
     retain_replaced_minutes: Float = Field(default=1440.0, gt=0)
@@ -134,6 +139,15 @@ class DatasetConfig:
         default=HOLDOUT_FRACTION, gt=0.0, lt=1.0,
         description="share of rows (by id hash) ingest writes into held-out shards; fixed "
                     "by the first version that does, never changed after")
+
+    @field_validator("sweep_after_minutes")
+    @classmethod
+    def _sweep_floor(cls, v: float) -> float:
+        if v < SWEEP_FLOOR_MINUTES:
+            raise ValueError(f"{v:g} is under the floor of "
+                             f"{SWEEP_FLOOR_MINUTES:g} (a day): a run slower than the window "
+                             "could lose its files; set at least that (default 4320, 3 days)")
+        return v
 
     @field_validator("name")
     @classmethod

@@ -104,6 +104,12 @@ class PublishConflict(ShardlineError):
     """A concurrent publish made this batch unpublishable as converted; re-run ingest."""
 
 
+class PublishIncomplete(ShardlineError):
+    """An object the version about to be committed names is missing or has the wrong size
+    (a sweep or an operator removed it); nothing was committed. The driver converts the
+    batch again, as after a lost race."""
+
+
 _TRANSIENT: tuple[type[BaseException], ...] = (TransientStoreError, ConnectionError,
                                                 TimeoutError)
 

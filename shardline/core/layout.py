@@ -22,6 +22,7 @@
     <prefix>/ledger/claims-<NNNNNNNNN>.arrow         ledger checkpoint: the claims of that
                                                      many batches in one Arrow file
     <prefix>/staging/<run>/...                       work in progress of one ingest run
+    <prefix>/leases/<run>                            heartbeat of a running ingest (sweep keeps)
     <prefix>/reports/<run>/validation.json           validation results, also for failed runs
 
 Keys that a racing publisher of the same batch could also write carry the run id, so no key
@@ -147,6 +148,16 @@ def claims_checkpoint_key(prefix: str, batches: int) -> str:
 def sweep_marker(prefix: str) -> str:
     """When the sweep last scanned for orphans (``tasks.sweep``)."""
     return f"{prefix}/sweep/last-scan.json"
+
+
+def sweep_clock_key(prefix: str) -> str:
+    """A marker the sweep writes to read the store's clock (its LastModified)."""
+    return f"{prefix}/sweep/clock"
+
+
+def leases_prefix(prefix: str) -> str:
+    """Heartbeats of running ingests (``tasks.lease``): ``leases/<run>``."""
+    return f"{prefix}/leases/"
 
 
 def staging_prefix(prefix: str, run_id: str | None = None) -> str:

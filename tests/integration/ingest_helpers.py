@@ -22,8 +22,7 @@ from shardline.tasks.publish import Published
 
 def dataset_config(**overrides) -> DatasetConfig:
     ds = {"name": "digits", "incoming": "incoming/digits/", "classes": CLASSES,
-          "image": {"shape": [8, 8, 1]}, "validation": {"max_quarantine_fraction": 0.5},
-          "sweep_after_minutes": 60.0}
+          "image": {"shape": [8, 8, 1]}, "validation": {"max_quarantine_fraction": 0.5}}
     for k, v in overrides.items():
         ds[k] = {**ds[k], **v} if isinstance(v, dict) and isinstance(ds.get(k), dict) else v
     return parse_config({"dataset": ds}).dataset

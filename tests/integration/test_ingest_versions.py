@@ -148,7 +148,7 @@ def test_a_reader_never_sees_a_version_whose_shards_are_missing(store, spark, mo
     # Crash after the shards are copied and the batch list written, before the version
     # document (fault injection in our own code; the S3 server is real): no version may
     # appear.
-    def crash(store_, draft):
+    def crash(store_, draft, check=None):
         write_objects(store_, draft)
         raise RuntimeError("simulated crash before commit")
 
