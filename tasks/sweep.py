@@ -68,8 +68,9 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
     """Sweep stale staging runs, then (``full``, or when the last scan is a window old) the
     orphans. ``now``: the store's time (default: read from the store; tests move it
     forward); ``clock``: the local clock, only compared with the store's to log skew."""
-    now = now or store_now(store, cfg.prefix)
-    _warn_skew(clock(), now)
+    if now is None:
+        now = store_now(store, cfg.prefix)
+        _warn_skew(clock(), now)
     window = timedelta(minutes=cfg.sweep_after_minutes)
     cutoff = now - window
     live = live_runs(store, cfg.prefix, now, window) | ({keep_run} if keep_run else set())

@@ -7,6 +7,8 @@ racing publisher is not lost."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import time
 from datetime import UTC, datetime, timedelta
@@ -102,6 +104,9 @@ def test_dry_run_writes_nothing(store) -> None:
 
 
 def test_older_version_readable_in_grace_period_then_swept(store) -> None:
+    # a grace period longer than the sweep window (3 days): within it the window alone would
+    # let the replaced objects go
+    cfg = dataclasses.replace(CFG, retain_replaced_minutes=2 * CFG.sweep_after_minutes)
     ms = publish_small(store, CFG, batches=3)
     old = ms[-1]
     rows_old = rows_of(store, old)
@@ -109,18 +114,18 @@ def test_older_version_readable_in_grace_period_then_swept(store) -> None:
     time.sleep(1.5)
     mid = datetime.now(UTC)        # the old objects are older than this; the compaction not
     time.sleep(1.5)
-    r = compact(store, CFG, target_mb=1.0)
+    r = compact(store, cfg, target_mb=1.0)
     new = read_manifest(store, CFG.prefix, r.version)
 
     # within the grace period: the cut-off falls after every replaced object was written,
     # yet they are kept, because the compaction that replaced them is younger than it
-    kept = sweep(store, CFG, now=mid + timedelta(minutes=CFG.sweep_after_minutes))
+    kept = sweep(store, cfg, now=mid + timedelta(minutes=cfg.sweep_after_minutes))
     assert kept.orphans == 0
     assert rows_of(store, read_manifest(store, CFG.prefix, old.version)).equals(rows_old)
 
     # after it: exactly the replaced shards and batch lists go; everything named stays
-    after = sweep(store, CFG, now=datetime.now(UTC) + timedelta(
-        minutes=CFG.retain_replaced_minutes + 1))
+    after = sweep(store, cfg, now=datetime.now(UTC) + timedelta(
+        minutes=cfg.retain_replaced_minutes + 1))
     assert after.orphans == len(old.shards) + len(old_lists)
     left = _keys(store, "shards/") | _keys(store, "ids/") | _keys(store, "manifests/")
     assert {s.path for s in new.shards} <= left
@@ -297,10 +302,10 @@ def test_train_and_holdout_shards_never_merge(store) -> None:
 
 
 def test_a_run_longer_than_the_grace_period_commits_nothing(store) -> None:
-    import dataclasses
-
     publish_small(store, CFG, batches=1)
-    hasty = dataclasses.replace(CFG, sweep_after_minutes=0.0001)     # 6 ms
+    # a config file may not go under a day (the floor); set past it so the check fires
+    hasty = copy.copy(CFG)
+    object.__setattr__(hasty, "sweep_after_minutes", 0.0001)          # 6 ms
     with pytest.raises(StoreError, match="sweep_after_minutes"):
         compact(store, hasty, target_mb=1.0)
     assert list_versions(store, CFG.prefix) == [1]
