@@ -43,7 +43,7 @@ def read_hint(store: Store, prefix: str) -> int | None:
     except StoreError:
         if store.head(key) is None:
             return None
-        raise
+        data = store.get_bytes(key)    # a racer wrote the first hint between GET and HEAD
     v = _parse(data)
     if v is None:
         log.warning("%s is not a latest-version hint; finding the latest by listing",
