@@ -46,8 +46,6 @@ def quarantine(config: str = ConfigOpt,
 
     Without --version, when the newest ingest's batch failed validation (nothing published
     after it), its refused rows (from its validation report).
-
-    Example: shardline quarantine -c examples/digits.toml --limit 20
     """
     prepare()
     try:

@@ -33,6 +33,7 @@ from shardline.cli.common import (
     run_ingest,
     use_stack_env,
 )
+from shardline.cli.examples import add_examples
 from shardline.cli.output import emit_json, err, fail, one_line, out, rows, set_debug
 from shardline.core.errors import ShardlineError, ValidationFailed
 
@@ -61,7 +62,7 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-app = _App(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = _App(no_args_is_help=True, add_completion=True, pretty_exceptions_enable=False,
            help="shardline: S3 uploads -> validated Arrow dataset versions -> training.")
 
 
@@ -137,7 +138,7 @@ def _register_optional() -> None:
     """Commands that live beside their own layer (stack, training, demo, data views)."""
     for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd",
                  "data_cmds", "models_cmd", "config_cmd", "compact_cmd", "migrate_cmd",
-                 "verify_cmd"):
+                 "verify_cmd", "upload_cmd"):
         if importlib.util.find_spec(f"shardline.cli.{name}") is not None:
             importlib.import_module(f"shardline.cli.{name}").register(app)
 
@@ -155,6 +156,7 @@ def _one_line_summaries() -> None:
 
 _register_optional()
 _one_line_summaries()
+add_examples(app)
 
 
 def main() -> None:  # pragma: no cover - console entry
