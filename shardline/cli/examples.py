@@ -21,6 +21,7 @@ EXAMPLES: dict[str, str] = {
     "diff": f"shardline diff -c {F} 1 2",
     "compact": f"shardline compact -c {F} --dry-run",
     "migrate": f"shardline migrate -c {F}",
+    "verify": f"shardline verify -c {F} --version 2",
     "upload": f"shardline upload ./my-drop/ -c {F}",
     "bench": "shardline bench loader --quick",
     "bench loader": "shardline bench loader --quick",
