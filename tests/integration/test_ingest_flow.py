@@ -161,7 +161,10 @@ def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_p
     store.put_bytes("incoming/clidigits/a.jsonl", jsonl_bytes(digits(0, 50)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update(SHARDLINE_SPARK_REMOTE=spark_remote, SHARDLINE_HOME=str(tmp_path / "nostack"),
-               PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+               PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               # Prefect's ephemeral server gives up after 20 s by default: a loaded
+               # 2-core machine took longer to start it (the run's time is not asserted)
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     cli = [sys.executable, "-m", "shardline.cli.main"]
     run = subprocess.run([*cli, "ingest", "--config", str(cfg), "--json"], env=env,
                          capture_output=True, text=True, timeout=300)
