@@ -7,7 +7,9 @@ see ``flows/config_source.py``. The dataset version is resolved (latest when not
 before training, so the run is named and tagged with the version it really trains on
 (``flows/runs.py``: ``train-<dataset>-v<N>-<trigger>-<id6>``, ``-failed-`` when it fails); a
 run whose model the gate refused ends in a Completed state named ``Refused`` and is tagged
-``gate:refused`` (``gate:promoted`` otherwise).
+``gate:refused`` (``gate:promoted`` otherwise). A version the promoted model already
+learned with the same ``[train]`` settings is not trained again (``trainer/learned.py``):
+the run ends Completed, named ``AlreadyLearned``, saying so.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
+from prefect.states import Completed
 
 from shardline.core.manifest import resolve_version
 from shardline.core.store import ObjectStore
@@ -24,6 +27,7 @@ from shardline.flows.runs import gate_outcome, label_run, mark_failed, short_id
 from shardline.flows.settings import store_settings
 from shardline.flows.train_tasks import publish_artifacts, train_model
 from shardline.tasks.launch import processes_for
+from shardline.trainer.context import already_learned
 
 
 def _run_name() -> str:
@@ -46,7 +50,14 @@ def train(config: str | dict[str, Any], version: int | None = None,
     store = ObjectStore(store_settings())
     version = resolve_version(store, cfg.dataset.prefix, version).version
     name = label_run("train", cfg.dataset.name, version)
-    result = train_model(cfg, store, version, processes_for(processes))
+    ranks = processes_for(processes)
+    learned = already_learned(cfg, store, version, ranks)
+    if learned is not None:        # e.g. a re-run after a kill that landed after promotion
+        get_run_logger().info("%s: %s", name, learned)
+        state: Any = Completed(message=learned, name="AlreadyLearned", data={
+            "dataset": cfg.dataset.name, "dataset_version": version, "already_learned": learned})
+        return state         # the flow's result is its data
+    result = train_model(cfg, store, version, ranks)
     publish_artifacts(result, store)
     get_run_logger().info("%s: model %d (%s): %s", name, result.model_version,
                           "promoted" if result.promoted else "not promoted", result.decision)

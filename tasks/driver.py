@@ -122,22 +122,24 @@ def _attempt(stages: Stages, run_id: str, n: int) -> Ingested | None:
 def until_published(attempt: Callable[[int], T], attempts: int = 8, backoff_s: float = 1.0,
                     seed: int | None = None, log: Log = _log) -> T:
     """``attempt(i)`` until it does not lose a race: on :class:`PublishConflict` or
-    :class:`PublishIncomplete` (an object to be named went missing before the commit), or a
-    source replaced while it was read (:func:`source_replaced`: detect then lists the
-    replacement as a new upload), wait (exponential backoff with jitter) and run it again;
-    other errors go up at once."""
+    :class:`PublishIncomplete` (an object to be named went missing before the commit), a
+    source replaced or deleted while it was read (:func:`source_replaced`: detect then
+    lists the replacement as a new upload, or no longer lists it), or a transient store
+    fault (:func:`is_transient`, e.g. a Spark task's body cut short: never a strike),
+    wait (exponential backoff with jitter) and run it again; other errors go up at once."""
     rng = random.Random(seed)
     for i in range(attempts):
         try:
             return attempt(i)
         except Exception as exc:
             lost = isinstance(exc, RACES)
-            if not (lost or source_replaced(exc)) or i == attempts - 1:
+            if not (lost or source_replaced(exc) or is_transient(exc)) or i == attempts - 1:
                 raise
             delay = min(backoff_s * 2 ** i, 30.0) * rng.uniform(0.5, 1.5)
-            log.warning("attempt %d %s (%s); re-detecting in %.1fs", i + 1,
-                        "lost a publish race" if lost else "found a source replaced during "
-                        "ingest", str(exc)[:300], delay)
+            why = ("lost a publish race" if lost else "found a source replaced during ingest"
+                   if source_replaced(exc) else "met a transient store fault")
+            log.warning("attempt %d %s (%s: %s); re-detecting in %.1fs", i + 1, why,
+                        type(exc).__name__, str(exc)[:300], delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 

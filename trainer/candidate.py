@@ -63,6 +63,7 @@ def _meta(ctx: RunContext, model_number: int, state: LoopState, loader: Any,
             "score": ctx.cfg.train.score or "built-in"},
         "config": config_to_dict(ctx.cfg),
         "dataset_version": ctx.dataset_version, "parent_model_version": start.parent_number,
+        "run_key": ctx.run_key,     # a re-run after a kill finds (and deletes) its progress
         "start": start.reason, "created_at": now_iso(), "code_version": code_version(),
         "samples_seen": state.samples, "samples_seen_total": parent_total + state.samples,
         "metrics": {"after": after.to_dict(), "before": before.to_dict() if before else None},

@@ -24,6 +24,7 @@ from shardline.trainer.device import Placement
 from shardline.trainer.dist import DistInfo
 from shardline.trainer.factory import Hooks, build_record, hooks, model_inputs
 from shardline.trainer.fetch import ShardFetcher
+from shardline.trainer.learned import OPERATIONAL, AlreadyLearned, check_not_learned
 from shardline.trainer.objectives import Objective, objective
 from shardline.trainer.options import RunOptions
 from shardline.trainer.parent import Start, resolve_start
@@ -32,8 +33,7 @@ from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.shard_reader import ShardReader
 from shardline.trainer.trust import check_shard_columns
 
-# [train] settings that decide where bytes are cached, not what is learned
-_OPERATIONAL = ("cache_dir", "cache_max_gb", "fetch_threads")
+_OPERATIONAL = OPERATIONAL
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
     data = model_inputs(dataset_info(cfg.dataset, manifest.stats))
     spec = build_record(t, data)
     start = resolve_start(registry, spec)
+    _not_learned(cfg, registry, manifest.version, start, dist_info.world)
     plan = make_plan(manifest, start.since_dataset_version, t.replay_ratio,
                      t.holdout_fraction, t.seed)
     fetcher = ShardFetcher(ShardCache(t.cache_dir, int(t.cache_max_gb * 2**30), store),
@@ -88,12 +89,44 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
                       run_key(cfg, manifest.version, start, dist_info.world))
 
 
+def _not_learned(cfg: Config, registry: ModelRegistry, version: int, start: Start,
+                 world: int) -> None:
+    """``learned.check_not_learned`` with the keys the killed run may have saved under: the
+    one its model records, else those of a run from the promoted model's own parent."""
+    if start.parent_meta is None:
+        return
+    parent = start.parent_meta.get("parent_model_version")
+    check_not_learned(cfg, registry, version, start, [
+        str(start.parent_meta.get("run_key") or ""),
+        *(key_for(cfg, version, parent, warm, world)
+          for warm in ((True, False) if parent is not None else (False,)))])
+
+
+def already_learned(cfg: Config, store: Store, version: int, world: int = 1) -> str | None:
+    """Why training ``version`` would add nothing (the promoted model already learned it
+    with these settings; the killed run's progress is deleted on the way), or None: what the
+    train flow asks before it starts any training process."""
+    manifest = resolve_version(store, cfg.dataset.prefix, version)
+    registry = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
+    spec = build_record(cfg.train, model_inputs(dataset_info(cfg.dataset, manifest.stats)))
+    try:
+        _not_learned(cfg, registry, manifest.version, resolve_start(registry, spec), world)
+    except AlreadyLearned as exc:
+        return str(exc)
+    return None
+
+
 def run_key(cfg: Config, dataset_version: int, start: Start, world: int) -> str:
     """Same inputs -> same key: what lets a restarted run find its in-progress checkpoint."""
+    return key_for(cfg, dataset_version, start.parent_number, start.from_parent, world)
+
+
+def key_for(cfg: Config, dataset_version: int, parent: int | None, from_parent: bool,
+            world: int) -> str:
     train = config_to_dict(cfg.train)
     for operational in _OPERATIONAL:
         train.pop(operational, None)
     ident = {"dataset": cfg.dataset.name, "dataset_version": dataset_version,
-             "parent": start.parent_number, "from_parent": start.from_parent, "train": train,
+             "parent": parent, "from_parent": from_parent, "train": train,
              "world": world}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

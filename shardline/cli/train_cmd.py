@@ -49,6 +49,9 @@ def print_result(r: dict[str, Any]) -> None:
 
     from shardline.cli.output import out
 
+    if "already_learned" in r:      # nothing trained: the promoted model learned it
+        out.print(escape(str(r["already_learned"])))
+        return
     verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
     before = "n/a" if r["accuracy_before"] is None else f"{r['accuracy_before']:.4f}"
     after = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.4f}"

@@ -51,6 +51,11 @@ class ObjectChanged(PermanentStoreError):
     """A compare-and-swap write (If-Match) found a different ETag; re-read, then retry."""
 
 
+class ObjectDeleted(ObjectChanged):
+    """A read pinned to a listed ETag (If-Match) found no object at all: it was deleted
+    since it was listed."""
+
+
 class SourceReplaced(ObjectChanged):
     """An incoming object was replaced (another ETag) after detect listed it: its listed
     version is gone, so nothing of it is published; the run detects again and converts the
@@ -61,8 +66,9 @@ class WorkerStoreError(StoreError):
     """A store error raised inside a Spark task (transient, or a source that changed while
     it was read): the run's environment failed, not its batch. Spark hands the driver only
     the task's traceback as text; :func:`worker_store_error` types it again, at that one
-    boundary. The task's store already retried each call, so the stage is not retried
-    (not transient). ``replaced``: the task found a source replaced during ingest."""
+    boundary. A transient fault comes back as :class:`TransientWorkerError` (retried);
+    a source changed while it was read is not transient. ``replaced``: the task found a
+    source replaced during ingest."""
 
     replaced: bool = False
 
@@ -75,9 +81,18 @@ def worker_store_error(exc: BaseException) -> WorkerStoreError | None:
             err = WorkerStoreError(f"a Spark task found a source {line.strip()[:500]}")
             err.replaced = True
             return err
-        if "TransientStoreError" in line or "ObjectChanged" in line:
+        if "TransientStoreError" in line:
+            return TransientWorkerError(
+                f"a Spark task failed on the store (transient): {line.strip()[:500]}")
+        if "ObjectChanged" in line:
             return WorkerStoreError(f"a Spark task failed on the store: {line.strip()[:500]}")
     return None
+
+
+class TransientWorkerError(WorkerStoreError, TransientStoreError):
+    """A Spark task's transient store fault (a body cut short, reset, stalled or failing
+    its checksum after the store's own retries, a 5xx): the driver runs the batch again
+    (``tasks.driver.until_published``) and Prefect retries the stage; never a strike."""
 
 
 def source_replaced(exc: BaseException) -> bool:
@@ -133,8 +148,9 @@ def is_transient(exc: BaseException | None) -> bool:
 
 
 __all__ = [
-    "ConfigError", "ObjectChanged", "ObjectExists", "PermanentStoreError", "PublishConflict",
-    "SchemaChange", "ServiceUnavailable", "ShardlineError", "SourceReplaced", "StoreError",
-    "TransientStoreError", "ValidationFailed", "WorkerStoreError", "is_transient",
-    "source_replaced", "worker_store_error",
+    "ConfigError", "ObjectChanged", "ObjectDeleted", "ObjectExists", "PermanentStoreError",
+    "PublishConflict", "SchemaChange", "ServiceUnavailable", "ShardlineError",
+    "SourceReplaced", "StoreError", "TransientStoreError", "TransientWorkerError",
+    "ValidationFailed", "WorkerStoreError", "is_transient", "source_replaced",
+    "worker_store_error",
 ]

@@ -23,10 +23,16 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from shardline.core.config import StoreSettings
-from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
+from shardline.core.errors import (
+    ObjectChanged,
+    ObjectDeleted,
+    ObjectExists,
+    StoreError,
+    TransientStoreError,
+)
 from shardline.core.receive import Body
 from shardline.core.store_api import JsonMethods, Received, Sink, Store
-from shardline.core.store_errors import HINTS, error_code, store_failure
+from shardline.core.store_errors import HINTS, body_fault, error_code, store_failure
 from shardline.core.store_records import ByteStream, ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -162,11 +168,26 @@ class ObjectStore(JsonMethods):
         Raises:
             ObjectChanged: ``if_match`` was given and the object's ETag differs (HTTP 412).
         """
-        response = self._get(key, range_, if_match)
-        try:
-            return response["Body"].read()
-        except BotoCoreError as exc:
-            raise self._fail("get", key, exc) from exc
+        attempts = self.settings.max_attempts
+        for attempt in range(1, attempts + 1):
+            response = self._get(key, range_, if_match)
+            try:
+                return response["Body"].read()
+            except Exception as exc:     # noqa: BLE001 - classified just below
+                if not body_fault(exc):
+                    if isinstance(exc, BotoCoreError):
+                        raise self._fail("get", key, exc) from exc
+                    raise
+                if attempt == attempts:  # the object is not blamed: the network is
+                    raise TransientStoreError(
+                        f"get s3://{self.bucket}/{key}: the response body failed on each "
+                        f"of {attempts} attempts (last: {type(exc).__name__}: "
+                        f"{str(exc)[:200]}); a network fault, not the object (endpoint "
+                        f"{self.settings.endpoint_url or 'AWS S3'}; retrying may help)"
+                    ) from exc
+                log.warning("get s3://%s/%s: body fault on attempt %d of %d (%s); reading "
+                            "again", self.bucket, key, attempt, attempts, type(exc).__name__)
+        raise AssertionError("unreachable")
 
     def stream(self, key: str, *, if_match: str | None = None, chunk_bytes: int = 8 << 20,
                ) -> tuple[ObjectInfo, ByteStream]:
@@ -195,6 +216,10 @@ class ObjectStore(JsonMethods):
         except ClientError as exc:
             code = error_code(exc)
             if code in ("NoSuchKey", "404"):
+                if if_match is not None:     # pinned to a listed version: it vanished
+                    raise ObjectDeleted(
+                        f"s3://{self.bucket}/{key} was deleted since it was listed (ETag "
+                        f"{if_match})") from exc
                 raise self._fail("get", key, exc, "the object does not exist") from exc
             if if_match is not None and code in ("PreconditionFailed", "412"):
                 raise ObjectChanged(

@@ -42,7 +42,25 @@ def is_transient_failure(exc: Exception) -> bool:
     from botocore.exceptions import HTTPClientError
 
     return isinstance(exc, BotoConnectionError | HTTPClientError | ConnectionError |
-                      TimeoutError)
+                      TimeoutError) or body_fault(exc)
+
+
+def body_fault(exc: BaseException) -> bool:
+    """Whether a GET's body failed on the way (cut short, reset, stalled past the read
+    timeout, or its bytes did not match the checksum S3 sent): the stored object is not
+    to blame and reading it again may succeed. botocore retries the request, never the
+    body, so the caller retries these (``ObjectStore.get_bytes``)."""
+    from botocore.exceptions import ConnectionClosedError as Closed
+    from botocore.exceptions import (
+        FlexibleChecksumError,
+        IncompleteReadError,
+        ReadTimeoutError,
+        ResponseStreamingError,
+    )
+    from urllib3.exceptions import ProtocolError
+
+    return isinstance(exc, IncompleteReadError | FlexibleChecksumError | ReadTimeoutError |
+                      ResponseStreamingError | Closed | ProtocolError | ConnectionError)
 
 
 def store_failure(what: str, exc: Exception, hint: str = "",

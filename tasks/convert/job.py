@@ -35,9 +35,10 @@ import pyarrow as pa
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import StoreError
+from shardline.core.errors import StoreError, TransientStoreError
 from shardline.core.schema import staging_prefix
 from shardline.core.store import Store
+from shardline.core.store_errors import body_fault
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import read_source
 from shardline.tasks.convert.limits import excerpt
@@ -96,7 +97,34 @@ def run_partition(job: ConvertJob, batches: Iterator[pa.RecordBatch]
     attempt = ctx.attemptNumber() if ctx is not None else 0
     for rb in batches:
         for task in rb.column(0).to_pylist():
-            yield convert_group(job.store, job.cfg, job.run_id, job.groups[task], task, attempt)
+            try:
+                out = convert_group(job.store, job.cfg, job.run_id, job.groups[task], task,
+                                    attempt)
+            except Exception as exc:
+                named = task_error(exc, task, attempt)
+                if named is None:
+                    raise
+                raise named from None   # one short traceback: its last line reaches the driver
+            yield out
+
+
+def task_error(exc: BaseException, task: int, attempt: int) -> StoreError | None:
+    """A store or network fault in a Spark task as an error whose type and message survive
+    the trip to the driver, which has only the text of the task's traceback
+    (``core.errors.worker_store_error`` types it again): the same :class:`StoreError` type
+    (a source replaced or deleted, a transient fault) with the task added, or a bare
+    network fault (``store_errors.body_fault``) as a :class:`TransientStoreError` naming
+    it. Raised ``from None``: botocore's chained tracebacks are what buried the exception
+    line before. None: not the store's (a bug, a crash: the task fails as it is)."""
+    where = f"convert task {task} (attempt {attempt + 1})"
+    if isinstance(exc, StoreError):
+        named = type(exc)(f"{where}: {' '.join(str(exc).split())[:800]}")
+        named.__dict__.update(exc.__dict__)
+        return named
+    if body_fault(exc):
+        return TransientStoreError(f"{where}: a network fault while reading the store: "
+                                   f"{type(exc).__name__}: {str(exc)[:300]}")
+    return None
 
 
 def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
@@ -125,17 +153,9 @@ def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
         except (StoreError, OSError):
             raise                   # the environment, not the data: the task is retried
         except Exception as exc:    # noqa: BLE001 - any other failure is this object's alone
-            text = "too deep" if isinstance(exc, RecursionError) else str(exc)
-            what = f"{type(exc).__name__}: {excerpt(text, 200)}"
-            if next_row < 0:
-                bad.append(dict(source_key=src.key, source_row=-1, rule="unreadable_object",
-                                message=f"s3://{store.bucket}/{src.key}: reading it failed "
-                                f"({what}); nothing of it was published"))
-            else:
-                bad.append(dict(source_key=src.key, source_row=next_row, rule="unreadable_rest",
-                                message=f"s3://{store.bucket}/{src.key}: rows from "
-                                f"{next_row} on could not be read ({what}); rows before it "
-                                "were checked one by one"))
+            if body_fault(exc):     # a raw network fault (botocore, urllib3): not the data
+                raise
+            _unreadable(store.bucket, src, next_row, exc, bad)
     written = writer.close()
     if bad:
         key = f"{stage}quarantine/t{task:05d}-a{attempt}.arrow"
@@ -143,6 +163,21 @@ def convert_group(store: Store, cfg: DatasetConfig, run_id: str,
                                  compression=cfg.shards.compression,
                                  record_batch_rows=cfg.shards.record_batch_rows))
     return _metadata(store, row_file_key(stage, task, attempt), writer, bad, written)
+
+
+def _unreadable(bucket: str, src: Source, next_row: int, exc: Exception,
+                bad: list[dict]) -> None:
+    text = "too deep" if isinstance(exc, RecursionError) else str(exc)
+    what = f"{type(exc).__name__}: {excerpt(text, 200)}"
+    if next_row < 0:
+        bad.append(dict(source_key=src.key, source_row=-1, rule="unreadable_object",
+                        message=f"s3://{bucket}/{src.key}: reading it failed "
+                        f"({what}); nothing of it was published"))
+    else:
+        bad.append(dict(source_key=src.key, source_row=next_row, rule="unreadable_rest",
+                        message=f"s3://{bucket}/{src.key}: rows from "
+                        f"{next_row} on could not be read ({what}); rows before it "
+                        "were checked one by one"))
 
 
 def _check(rec: Record | Problem, src: Source, norm: Normaliser | TypedNormaliser,

@@ -63,6 +63,10 @@ def replaced_during_ingest(src: Source, detail: str) -> SourceReplaced:
     """The error for an incoming object replaced after detect listed it (a read pinned to
     the listed ETag found another): nothing of this batch is published and the run detects
     again, converting the replacement as a new upload; no strike, no quarantine row."""
+    if "was deleted since it was listed" in detail:    # ObjectDeleted's message
+        return SourceReplaced(
+            f"{src.key} was deleted during ingest (listed with ETag {src.etag}, {src.size} "
+            f"bytes; no object is there now) {detail}; the run detects again without it")
     return SourceReplaced(
         f"{src.key} was replaced during ingest (listed with ETag {src.etag}, {src.size} "
         f"bytes; another version is there now) {detail}; the run detects it again as a "

@@ -10,16 +10,30 @@ it succeeded sees 412). :meth:`FaultProxy.lose_reply_once` does that to the next
 matching a pattern (e.g. the PUT of a version document), deterministically. Everything
 else is forwarded byte for byte (path, query, headers, body), so signatures still match.
 
+Body faults (``set_body_faults``), each with its own seeded probability, hit the
+response of a forwarded GET (the request reached S3 and was answered): ``truncate`` sends
+the full Content-Length but only half the body, then closes; ``flip`` flips one byte of a
+body that carries an ``x-amz-checksum-*`` header (one the client can verify: S3 sends no
+checksum for a ranged GET, and a flipped byte no checksum covers is undetectable by any
+client; TLS rules it out on real links); ``reset`` ends the connection with a TCP RST
+(mid-body for a GET, before forwarding for any other request, so no write is half-known);
+``stall`` sends half the body and then nothing for ``stall_s`` seconds (set the client's
+read timeout below it), then closes.
+
 Loopback only: it listens on 127.0.0.1 and forwards to the one upstream it was given.
 Stopped by :meth:`FaultProxy.stop` (or as a context manager); counts what it did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import random
 import re
+import socket
+import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -38,6 +52,15 @@ class Counts:
     faults_before: int = 0
     faults_after: int = 0
     by_code: dict[int, int] = field(default_factory=dict)
+    body: dict[str, int] = field(default_factory=dict)   # body fault kind -> how many
+
+    @property
+    def faults(self) -> int:
+        """Every fault injected, of every kind."""
+        return self.faults_before + self.faults_after + sum(self.body.values())
+
+
+BODY_FAULTS = ("truncate", "flip", "reset", "stall")
 
 
 class FaultProxy:
@@ -52,6 +75,8 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._lose_once: re.Pattern[str] | None = None
         self._only: re.Pattern[str] | None = None     # faults only for matching requests
+        self._body: dict[str, float] = {}              # body fault kind -> probability
+        self.stall_s = 5.0
         self._lock = threading.Lock()
         self.counts = Counts()
         proxy = self
@@ -87,11 +112,55 @@ class FaultProxy:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
+            def finish(self) -> None:
+                with contextlib.suppress(OSError, ValueError):   # reset on purpose
+                    super().finish()
+
+            def _reset(self) -> None:
+                """End the connection with a TCP RST (SO_LINGER 0), mid-whatever."""
+                self.close_connection = True
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.connection.close()
+
+            def _reply(self, resp: http.client.HTTPResponse, data: bytes) -> None:
+                has_sum = any(k.lower().startswith("x-amz-checksum-")
+                              for k, _ in resp.getheaders())
+                fault = proxy._draw_body(f"{self.command} {self.path}", len(data), has_sum)
+                if fault == "flip":
+                    i = proxy._pick(len(data))
+                    data = data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1:]
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in _HOP and k.lower() != "content-length":
+                        self.send_header(k, v)
+                length = resp.getheader("Content-Length")
+                self.send_header("Content-Length",
+                                 length if self.command == "HEAD" and length
+                                 else str(len(data)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                if fault in ("truncate", "reset", "stall"):
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    if fault == "stall":
+                        time.sleep(proxy.stall_s)
+                    if fault == "reset":
+                        self._reset()
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+
             def _handle(self) -> None:
                 body = self._body()
                 before, after, err = proxy._draw(f"{self.command} {self.path}")
                 if before:
                     self._error(*err)
+                    return
+                if self.command != "GET" and proxy._draw_body(f"{self.command} {self.path}", 0,
+                                                                  False):
+                    self._reset()          # before forwarding: the request never ran
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -104,17 +173,7 @@ class FaultProxy:
                     if after:
                         self._error(*err)
                         return
-                    self.send_response(resp.status, resp.reason)
-                    for k, v in resp.getheaders():
-                        if k.lower() not in _HOP and k.lower() != "content-length":
-                            self.send_header(k, v)
-                    length = resp.getheader("Content-Length")
-                    self.send_header("Content-Length",
-                                     length if self.command == "HEAD" and length
-                                     else str(len(data)))
-                    self.end_headers()
-                    if self.command != "HEAD":
-                        self.wfile.write(data)
+                    self._reply(resp, data)
                 finally:
                     conn.close()
 
@@ -149,6 +208,40 @@ class FaultProxy:
             if before or after:
                 c.by_code[err[0]] = c.by_code.get(err[0], 0) + 1
             return before, after, err
+
+    def _draw_body(self, request: str, size: int, has_checksum: bool) -> str | None:
+        """Which body fault (if any) hits this response. A GET with a body may be cut,
+        reset or stalled, and flipped where a checksum covers it; any other request may
+        only be reset (``size`` 0: before it is forwarded)."""
+        with self._lock:
+            if not self._body or (self._only is not None
+                                  and not self._only.search(request)):
+                return None
+            method = request.split(" ", 1)[0]
+            x, acc = self._rng.random(), 0.0
+            for kind in BODY_FAULTS:
+                acc += self._body.get(kind, 0.0)
+                if x < acc:
+                    ok = (kind == "reset" if method != "GET" else
+                          size > 1 and (kind != "flip" or has_checksum))
+                    if not ok:
+                        return None
+                    self.counts.body[kind] = self.counts.body.get(kind, 0) + 1
+                    return kind
+            return None
+
+    def _pick(self, n: int) -> int:
+        with self._lock:
+            return self._rng.randrange(n)
+
+    def set_body_faults(self, stall_s: float = 5.0, **rates: float) -> None:
+        """Body fault rates from now on, by kind (``truncate``, ``flip``, ``reset``,
+        ``stall``; missing: 0); ``stall_s``: how long a stalled body sends nothing."""
+        unknown = set(rates) - set(BODY_FAULTS)
+        if unknown:
+            raise ValueError(f"unknown body faults {sorted(unknown)}; known: {BODY_FAULTS}")
+        with self._lock:
+            self._body, self.stall_s = {k: v for k, v in rates.items() if v}, stall_s
 
     def lose_reply_once(self, pattern: str) -> None:
         """Forward the next request whose ``"METHOD /path?query"`` matches ``pattern``, then

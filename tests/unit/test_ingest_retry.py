@@ -71,15 +71,41 @@ def test_only_environment_failures_spare_the_batch_a_strike(exc, env):
     assert environment_failure(exc) is env
 
 
-@pytest.mark.parametrize("text,typed", [
+@pytest.mark.parametrize("text,typed,transient", [
     ("Traceback ...\n  File \"readers.py\", line 283\n"
-     "shardline.core.errors.TransientStoreError: get s3://b/k: endpoint timed out", True),
-    ("Python worker failed\nshardline.core.errors.ObjectChanged: s3://b/k changed", True),
-    ("Python worker exited unexpectedly (crashed)", False),
+     "shardline.core.errors.TransientStoreError: get s3://b/k: endpoint timed out", True,
+     True),
+    ("Python worker failed\nshardline.core.errors.ObjectChanged: s3://b/k changed", True,
+     False),
+    ("Python worker exited unexpectedly (crashed)", False, False),
 ])
-def test_a_spark_task_store_error_is_typed_once_at_the_boundary(text, typed):
+def test_a_spark_task_store_error_is_typed_once_at_the_boundary(text, typed, transient):
+    """A transient fault in a task comes back transient (the driver runs the batch again,
+    Prefect retries the stage); a source changed while read does not (re-detect)."""
     got = worker_store_error(RuntimeError(text))
     assert (got is not None) is typed
     if got is not None:
-        assert environment_failure(got) and not is_transient(got)   # the calls retried
+        assert environment_failure(got) and is_transient(got) is transient
         assert text.splitlines()[-1] in str(got)                    # the task's own line
+
+
+def test_a_transient_fault_is_retried_by_the_driver_and_the_last_one_named():
+    """A Spark task's transient fault (typed at the boundary) is run again, as a lost race
+    is; after the attempts the fault is raised with its own type and text."""
+    calls: list[int] = []
+
+    def attempt(i: int) -> str:
+        calls.append(i)
+        if i < 2:
+            raise worker_store_error(RuntimeError(
+                "shardline.core.errors.TransientStoreError: convert task 0 (attempt 1): get "
+                "s3://b/in/a.jsonl: the response body failed on each of 6 attempts"))
+        return "published"
+
+    assert until_published(attempt, backoff_s=0.0) == "published" and calls == [0, 1, 2]
+
+    def always(i: int) -> str:
+        raise TransientStoreError(f"get s3://b/k: reset {i}")
+
+    with pytest.raises(TransientStoreError, match="reset 2"):
+        until_published(always, attempts=3, backoff_s=0.0)
