@@ -18,17 +18,14 @@ from shardline.core.errors import ObjectDeleted, TransientStoreError
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Source
 from shardline.tasks.convert.readers import replaced_during_ingest
+from tests.chaos import test_s3_faults as s3_faults
 from tests.chaos.faults_proxy import BODY_FAULTS, FaultProxy
-from tests.chaos.test_s3_faults import (  # noqa: F401 - fixtures
-    FULL,
-    drop,
-    outcome,
-    proxy,
-    reference,
-)
+from tests.chaos.test_s3_faults import FULL, drop, outcome
 from tests.integration.ingest_helpers import dataset_config, run_pipeline
 
 pytestmark = pytest.mark.chaos
+proxy = s3_faults.proxy              # the same module-scoped fixtures (one proxy, one
+reference = s3_faults.reference      # fault-free reference ingest per module)
 STALL_S = 8.0       # a stalled body sends nothing this long; the client gives up after 4 s
 
 

@@ -6,9 +6,8 @@ the config travels by value (dict, TOML text) or as an s3:// URI as well as a pa
 
 from __future__ import annotations
 
-import dataclasses
-
 import base64
+import dataclasses
 import re
 from collections.abc import Iterator
 from pathlib import Path
