@@ -45,7 +45,7 @@ from typing import Any
 
 import xxhash
 
-from shardline.core.errors import ShardlineError, StoreError
+from shardline.core.errors import ShardlineError, StoreError, TransientStoreError
 from shardline.core.manifest import ShardEntry
 from shardline.core.store import Store
 from shardline.trainer.trust import UntrustedInput, check_digest
@@ -174,7 +174,16 @@ class ShardCache:
         for attempt in range(1, _ATTEMPTS + 1):
             tmp = path.with_name(f"{entry.sha256}.{uuid.uuid4().hex[:8]}.part")
             try:
-                digest, size = self._download_with_room(entry, tmp, algorithm)
+                try:
+                    digest, size = self._download_with_room(entry, tmp, algorithm)
+                except TransientStoreError as exc:   # cut, reset, stalled: not the shard
+                    if attempt == _ATTEMPTS:
+                        raise TransientStoreError(
+                            f"{self.store.uri(entry.path)}: the download kept failing: "
+                            f"{_ATTEMPTS} downloads, the last with {exc}") from exc
+                    log.warning("%s: download failed (%s; attempt %d of %d)",
+                                self.store.uri(entry.path), exc, attempt, _ATTEMPTS)
+                    continue
                 if digest == expected and size == entry.bytes:
                     os.replace(tmp, path)
                     break

@@ -13,6 +13,7 @@ and loader threads do (clients are not shared across processes).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -174,6 +175,8 @@ class ObjectStore(JsonMethods):
             try:
                 return response["Body"].read()
             except Exception as exc:     # noqa: BLE001 - classified just below
+                with contextlib.suppress(Exception):  # never back into the pool half-read
+                    response["Body"].close()
                 if not body_fault(exc):
                     if isinstance(exc, BotoCoreError):
                         raise self._fail("get", key, exc) from exc
@@ -244,6 +247,10 @@ class ObjectStore(JsonMethods):
                 size += n
             complete = True
         except (ClientError, BotoCoreError) as exc:
+            raise self._fail("get", key, exc) from exc
+        except OSError as exc:      # reset or stalled on the socket; a full disk goes up
+            if not body_fault(exc):
+                raise
             raise self._fail("get", key, exc) from exc
         finally:
             body.finish(complete)

@@ -60,7 +60,8 @@ def body_fault(exc: BaseException) -> bool:
     from urllib3.exceptions import ProtocolError
 
     return isinstance(exc, IncompleteReadError | FlexibleChecksumError | ReadTimeoutError |
-                      ResponseStreamingError | Closed | ProtocolError | ConnectionError)
+                      ResponseStreamingError | Closed | ProtocolError | ConnectionError |
+                      TimeoutError)
 
 
 def store_failure(what: str, exc: Exception, hint: str = "",

@@ -144,3 +144,23 @@ def test_a_lost_reply_to_a_conditional_registry_write(store_settings, proxy, ref
     got, _ = faulty(store_settings, proxy, tmp_path, 0.0, lose=pattern)
     assert proxy.counts.faults_after == before + 1, "the pattern matched no request"
     same(got, reference)     # same model numbers, promotions, metrics, weights
+
+
+def test_training_with_body_faults_at_p005_matches_a_fault_free_run(
+        store_settings, proxy, reference, tmp_path):
+    """Truncated, flipped (checksummed), reset and stalled bodies at p = 0.05 each (issue
+    23): the store reads each failed body again, the shard cache re-fetches a download
+    whose digest does not match; the same samples, metrics and weights."""
+    from tests.chaos.faults_proxy import BODY_FAULTS
+
+    proxy._rng.seed(23)
+    before = proxy.counts.faults
+    proxy.set_body_faults(stall_s=8.0, **dict.fromkeys(BODY_FAULTS, 0.05))
+    try:
+        got, _ = faulty(dataclasses.replace(store_settings, read_timeout_s=4.0), proxy,
+                        tmp_path, 0.0)
+    finally:
+        proxy.set_body_faults()
+    print(f"chaos-train: body faults {proxy.counts.body}")
+    assert proxy.counts.faults > before, "no fault was injected: the test proved nothing"
+    same(got, reference)
