@@ -23,7 +23,7 @@ import http.client
 from collections.abc import Callable
 from typing import Any
 
-from shardline.core.errors import StoreError
+from shardline.core.errors import TransientStoreError
 
 Readinto = Callable[[memoryview], int]
 
@@ -43,8 +43,9 @@ class Body:
         try:
             return int(self._fp.readinto(buf))
         except (http.client.HTTPException, OSError) as exc:
-            raise StoreError(f"{self.where}: the connection failed while receiving the "
-                             f"object: {exc!r}") from exc
+            # cut, reset or stalled on the way: a network fault, not the object
+            raise TransientStoreError(f"{self.where}: the connection failed while "
+                                      f"receiving the object: {exc!r}") from exc
 
     def finish(self, complete: bool) -> None:
         """Give the connection back for reuse when the body was read to its end through

@@ -155,9 +155,9 @@ def test_training_with_body_faults_at_p005_matches_a_fault_free_run(
 
     proxy._rng.seed(23)
     before = proxy.counts.faults
-    proxy.set_body_faults(stall_s=8.0, **dict.fromkeys(BODY_FAULTS, 0.05))
+    proxy.set_body_faults(stall_s=20.0, **dict.fromkeys(BODY_FAULTS, 0.05))
     try:
-        got, _ = faulty(dataclasses.replace(store_settings, read_timeout_s=4.0), proxy,
+        got, _ = faulty(dataclasses.replace(store_settings, read_timeout_s=8.0), proxy,
                         tmp_path, 0.0)
     finally:
         proxy.set_body_faults()
