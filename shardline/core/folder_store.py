@@ -34,7 +34,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from shardline.core.errors import ObjectChanged, ObjectExists, PermanentStoreError
+from shardline.core.errors import (
+    ObjectChanged,
+    ObjectDeleted,
+    ObjectExists,
+    PermanentStoreError,
+)
 from shardline.core.store_api import JsonMethods, Received, Sink
 from shardline.core.store_records import ByteStream, ObjectInfo
 
@@ -114,6 +119,11 @@ class FolderStore(JsonMethods):
     def _open(self, key: str, if_match: str | None) -> tuple[io.BufferedReader, os.stat_result]:
         try:
             f = open(self._path(key), "rb")  # noqa: SIM115 - handed to the caller
+        except FileNotFoundError as exc:
+            if if_match is not None:           # pinned to a listed version: it vanished
+                raise ObjectDeleted(f"{self.uri(key)} was deleted since it was listed "
+                                    f"(ETag {if_match})") from exc
+            raise self._fail("get", key, exc) from exc
         except OSError as exc:
             raise self._fail("get", key, exc) from exc
         st = os.fstat(f.fileno())
