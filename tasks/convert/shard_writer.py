@@ -16,7 +16,14 @@ per task at least: for many classes, many small files).
 Held-out split (``holdout_fraction``, from ``[dataset] holdout_fraction``): rows are routed by
 ``shardline.core.idhash`` (the trainer's rule, bit for bit) into train and held-out buffers,
 each cut into shards as above, so a shard holds one split only (``WrittenShard.split``).
-Routing is vectorised over a few thousand rows at a time (``ROUTE_ROWS``).
+Routing is vectorised over a few thousand rows at a time (``ROUTE_ROWS``), and never over
+more than ``ROUTE_BYTES`` of payload: rows wait unrouted only that long.
+
+Memory (per writer, i.e. per Spark task): at most ``ROUTE_BYTES`` of unrouted rows, plus two
+shards' worth of rows per partition (train and held-out: four, about 4 x ``target_mb``), plus
+while a shard is written its Arrow columns and its IPC bytes (about 2 x ``target_mb``; the
+rows' own copies are released once the columns hold them). Independent of the rows a task
+converts: ``docs/benchmarks.md`` (Zarr conversion) has the measured figures.
 """
 
 from __future__ import annotations
@@ -135,6 +142,7 @@ class _Rows:
 
 
 ROUTE_ROWS = 4096       # rows hashed at once when routing to the train / held-out buffers
+ROUTE_BYTES = 8 << 20   # ... and at most this much payload (a 53 KB tensor row: 157 rows)
 
 
 class DataShardWriter:
@@ -155,6 +163,9 @@ class DataShardWriter:
         self.schema = data_schema(cfg)
         self.by_label = "label" in cfg.shards.partition_by
         self.limit = cfg.shards.rows_per_shard(row_bytes(cfg) + 32)
+        # rows waiting to be routed are bounded in bytes, not only rows: 4096 rows of a
+        # 13x32x32 float32 tensor are 218 MB (measured: the largest part of a task's peak)
+        self.route_rows = max(1, min(ROUTE_ROWS, ROUTE_BYTES // (row_bytes(cfg) + 32)))
         self.buffers: dict[tuple[str | None, int | None], _Rows] = {}
         self.pending = _Rows()       # rows not routed to a split yet
         self.seq = 0
@@ -170,7 +181,7 @@ class DataShardWriter:
             self._place(None, rid, label, payload, source_key, source_row)
             return
         self.pending.append(rid, label, payload, source_key, source_row)
-        if len(self.pending) >= ROUTE_ROWS:
+        if len(self.pending) >= self.route_rows:
             self._route()
 
     def _route(self) -> None:
@@ -205,6 +216,7 @@ class DataShardWriter:
 
     def _write(self, part: tuple[str | None, int | None], buf: _Rows) -> None:
         split, label = part
+        given = buf                  # the caller's reference keeps it (and its rows) alive
         if not self.by_label:
             buf = buf.sorted_by_label()
         n = len(buf)
@@ -216,6 +228,9 @@ class DataShardWriter:
                 pa.binary(self.cfg.image.nbytes), n, [None, pa.py_buffer(b"".join(buf.payload))]
             )]
             payload.insert(0, pa.array(buf.labels, pa.int16()))
+        # the columns hold the values now: drop the rows' own copies before encoding
+        buf.payload.clear()
+        given.payload.clear()
         table = pa.Table.from_arrays(
             [pa.array(buf.ids, pa.string()), *payload,
              pa.array(buf.keys, pa.string()), pa.array(buf.rows, pa.int64())],
