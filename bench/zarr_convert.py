@@ -12,6 +12,7 @@ workers). ``python -m shardline.bench.zarr_convert --gb 1``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import tempfile
@@ -58,11 +59,16 @@ def _tree(pid: int) -> list[int]:
     while todo:
         p = todo.pop()
         out.append(p)
+        # every thread's children: the JVM forks its Python workers from other threads than
+        # its main one, so /proc/<pid>/task/<pid>/children alone misses them
         try:
-            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            tids = [t.name for t in Path(f"/proc/{p}/task").iterdir()]
         except OSError:
-            kids = []
-        todo += [int(k) for k in kids]
+            tids = []
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                todo += [int(k) for k in
+                         Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
     return out
 
 
