@@ -19,8 +19,9 @@ from shardline.core.folder_store import FolderStore
 from shardline.core.store import Store
 
 # key fragment -> kind (first match wins; the order matters: "/manifests/checkpoint-" before
-# "/manifests/")
-KINDS = (("/versions/", "version_doc"), ("/manifests/checkpoint-", "checkpoint"),
+# "/manifests/", the latest-version hint before the version documents beside it)
+KINDS = (("/versions/latest", "latest_hint"), ("/versions/", "version_doc"),
+         ("/manifests/checkpoint-", "checkpoint"),
          ("/manifests/batch=", "batch_list"), ("/manifests/", "schema_config"),
          ("/ids/", "id_index"), ("/batches/", "claim"),
          ("/ledger/claims-", "claims_checkpoint"), ("/staging/", "staging"),

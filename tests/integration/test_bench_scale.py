@@ -109,6 +109,8 @@ def test_history_stages_read_one_object_per_published_batch(result: dict) -> Non
         assert _n(s["plan"], "get", "batch_list") == h + 1      # every batch list, once
         assert s["plan"]["batches"] == h + 1
         assert _n(s["read"], "get", "version_doc") == 1
+        assert _n(s["read"], "get", "latest_hint") <= 1          # the hint, never a listing
+        assert _n(s["read"], "list", "version_doc") == 0
         assert _n(s["read"], "get", "batch_list") == 1          # only the new batch's list
         assert s["publish"]["version"] == h + 1
         assert s["evaluate"]["shards"] >= h + 1                 # a held-out shard per batch
