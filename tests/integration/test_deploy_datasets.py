@@ -46,6 +46,13 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield f"{svc.url}/api"
     finally:
+        # Prefect keeps one EventsWorker per client type, bound to the API URL in force when
+        # it started: the in-process calls here (under temporary_settings) leave it bound to
+        # this server. Stop it with the server, or later tests' flow events go to a dead
+        # address (test_ingest_flow's published event never arrived after this module).
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=10, at_exit=False)
         svc.stop()
 
 
