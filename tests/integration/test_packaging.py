@@ -145,7 +145,7 @@ from shardline.bench import (common, convert, gpu_feed, learning, loader, pipeli
                              scale, scale_report)
 from typer.testing import CliRunner
 help = CliRunner().invoke(shardline.cli.main.app, ["bench", "--help"])
-print(json.dumps({"path": sys.path, "files": [m.__file__ for m in (shardline, loader, scale)],
+print(json.dumps({"path": sys.path, "prefix": sys.prefix, "files": [m.__file__ for m in (shardline, loader, scale)],
                   "template": report.TEMPLATE.is_file(), "root": str(common.ROOT),
                   "help": help.output, "code": help.exit_code}))
 """
@@ -170,9 +170,11 @@ def test_shardline_bench_runs_from_the_installed_wheel(built: tuple[Path, str],
                          capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    checkout = str(ROOT.resolve())
-    assert not [p for p in got["path"] if os.path.isabs(p) and str(Path(p).resolve()).startswith(
-        checkout)]
+    # The interpreter's own site-packages may sit inside the checkout (make's .venv); any
+    # other path there would let the checkout's sources shadow the installed copy.
+    checkout, prefix = ROOT.resolve(), Path(got["prefix"]).resolve()
+    inside = [Path(p).resolve() for p in got["path"] if os.path.isabs(p)]
+    assert not [p for p in inside if p.is_relative_to(checkout) and not p.is_relative_to(prefix)]
     assert all(f.startswith(str(target / "shardline")) for f in got["files"]), got["files"]
     assert got["template"] and got["root"] == str(work)
     assert got["code"] == 0 and "loader" in got["help"] and "scale" in got["help"]
