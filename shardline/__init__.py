@@ -18,7 +18,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = ("open_dataset", "list_dataset_versions", "list_models", "load_model", "Dataset",
-        "VersionDiff", "TorchLoader")
+        "VersionDiff", "TorchLoader", "delete_rows")
 
 
 def __getattr__(name: str) -> Any:

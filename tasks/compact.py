@@ -143,7 +143,8 @@ class _Outputs:
             with budget.hold(nbytes):
                 return rewrite_bin(self.store, self.cfg.prefix, job[2], key=job[3],
                                    schema=schema, compression=self.cfg.shards.compression,
-                                   record_batch_rows=self.cfg.shards.record_batch_rows)
+                                   record_batch_rows=self.cfg.shards.record_batch_rows,
+                                   masked=job[0].masked)
 
         try:
             with ThreadPoolExecutor(max_workers=WORKERS) as pool:
@@ -171,7 +172,8 @@ def _rewrites(p: CompactionPlan, outs: _Outputs, schema: pa.Schema) -> dict[str,
         got = outs.outputs(g)
         rw = by_batch.get(g.batch)
         by_batch[g.batch] = Rewrite(g.batch, (rw.replaced if rw else []) + g.inputs,
-                                    (rw.outputs if rw else []) + got)
+                                    (rw.outputs if rw else []) + got,
+                                    (rw.masked_rows if rw else 0) + g.masked_rows)
     return by_batch
 
 

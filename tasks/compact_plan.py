@@ -8,14 +8,19 @@ and older mixed shards, split None, only merge with each other) and any partitio
 other than ``label`` (label partitioning is exactly what compaction undoes). A group becomes
 ``n`` shards of about ``target_bytes`` (never more than ``max_rows`` rows each); a group
 that would not get fewer shards than it has is left alone, so re-planning a compacted
-dataset finds nothing to do.
+dataset finds nothing to do. A shard with masked rows (``core.deletions``) is rewritten
+whatever its size, without those rows: compaction applies every deletion vector, and the
+version it commits has none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from shardline.core.manifest import Manifest
 from shardline.core.parts import ShardEntry
@@ -43,6 +48,12 @@ class Group:
     batch: str
     key: tuple[tuple[str, str], ...]
     bins: list[list[ShardEntry]]          # inputs of each output shard, manifest order
+    # masked rows of the inputs that have some (path -> positions): dropped by the rewrite
+    masked: dict[str, np.ndarray] = field(default_factory=dict, compare=False)
+
+    @property
+    def masked_rows(self) -> int:
+        return sum(len(v) for v in self.masked.values())
 
     @property
     def inputs(self) -> list[ShardEntry]:
@@ -60,11 +71,14 @@ class Group:
     def identity(self) -> tuple[str, tuple[str, ...]]:
         """The batch and its input shards' digests: a rewrite of the same group is reusable
         after a lost race, whatever version it was planned on."""
-        return self.batch, tuple(s.sha256 for s in self.inputs)
+        masks = hashlib.sha256(b"".join(p.encode() + v.tobytes()
+                                        for p, v in sorted(self.masked.items()))).hexdigest()
+        return self.batch, (*(s.sha256 for s in self.inputs), masks)
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "key": dict(self.key), "shards_in": len(self.inputs),
-                "shards_out": len(self.bins), "rows": self.rows, "bytes_in": self.bytes}
+                "shards_out": len(self.bins), "rows": self.rows, "bytes_in": self.bytes,
+                "rows_masked": self.masked_rows}
 
 
 @dataclass(frozen=True)
@@ -139,14 +153,16 @@ def plan(m: Manifest, *, min_bytes: int, target_bytes: int, max_rows: int) -> Co
     if min_bytes <= 0 or target_bytes <= 0:
         raise ValueError("min and target sizes must be positive")
     shards = m.shards
+    masks = m.masks()                # deletion vectors: none, or every masked shard's
     grouped: dict[tuple[str, tuple[tuple[str, str], ...]], list[ShardEntry]] = {}
     for s in shards:
-        if s.bytes < min_bytes:
+        if s.bytes < min_bytes or s.path in masks:
             grouped.setdefault((s.batch, group_key(s)), []).append(s)
     groups = []
     for (batch, key), small in grouped.items():
         bins = split_bins(small, target_bytes, max_rows)
-        if len(bins) < len(small):
-            groups.append(Group(batch, key, bins))
+        mine = {s.path: masks[s.path] for s in small if s.path in masks}
+        if len(bins) < len(small) or mine:
+            groups.append(Group(batch, key, bins, mine))
     return CompactionPlan(m.dataset, m.version, min_bytes, target_bytes,
                           len(shards), groups)

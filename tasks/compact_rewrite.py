@@ -65,10 +65,14 @@ def _sort_indices(t: pa.Table) -> pa.Array:
 
 
 def rewrite_bin(store: Store, prefix: str, inputs: list[ShardEntry], *, key: str,
-                schema: pa.Schema, compression: str, record_batch_rows: int) -> ShardEntry:
-    """Write ``inputs`` as one shard at ``key`` and return its manifest entry."""
+                schema: pa.Schema, compression: str, record_batch_rows: int,
+                masked: dict[str, np.ndarray] | None = None) -> ShardEntry:
+    """Write ``inputs`` as one shard at ``key`` and return its manifest entry; rows that
+    ``masked`` lists (path -> positions, from deletion vectors) are left out."""
     with ThreadPoolExecutor(max_workers=min(16, len(inputs))) as pool:
         tables = list(pool.map(lambda s: read_shard(store, s), inputs))
+    tables = [_unmasked(t, (masked or {}).get(s.path)) for s, t in zip(inputs, tables,
+                                                                        strict=True)]
     for s, t in zip(inputs, tables, strict=True):
         if not t.schema.equals(schema, check_metadata=False):
             raise StoreError(f"{s.path}: its schema {t.schema} is not the version's {schema}")
@@ -93,6 +97,14 @@ def rewrite_bin(store: Store, prefix: str, inputs: list[ShardEntry], *, key: str
                       partition={k: v for k, v in first.partition.items() if k != "label"},
                       stats=stats, compression=compression, xxh3_128=xxh,
                       label_counts=label_counts(lab), **extra)
+
+
+def _unmasked(table: pa.Table, masked: np.ndarray | None) -> pa.Table:
+    if masked is None or not len(masked):
+        return table
+    keep = np.ones(table.num_rows, bool)
+    keep[masked] = False
+    return table.filter(pa.array(keep))
 
 
 def output_key(prefix: str, batch: str, part: int, run: str, split: str | None) -> str:

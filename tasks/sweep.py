@@ -10,11 +10,12 @@ copies whatever their age. What goes:
 
 - ``staging/<run>/`` folders whose newest object is older than the window and whose run
   holds no live lease;
-- objects under ``shards/``, ``quarantine/``, ``ids/`` and batch lists under
-  ``manifests/`` that the latest version does not name (copies of a run that crashed before
-  its commit, or lost a race), older than the window and of no live run. The latest
-  version names every live file (its batch lists name every live shard; no batch is ever
-  removed yet). Checkpoints are kept: older versions' documents reference them.
+- objects under ``shards/``, ``quarantine/``, ``ids/``, ``deletes/`` and batch lists under
+  ``manifests/`` that the latest version does not name (``core.references.referenced``:
+  copies of a run that crashed before its commit, or lost a race), older than the window
+  and of no live run. The latest version names every live file (its batch lists name
+  every live shard; no batch is ever removed yet; a deletion masks rows, no file stops
+  being named). Checkpoints are kept: older versions' documents reference them.
 - A compaction (``tasks.compact``) is the one commit that stops naming objects: the shards
   and batch lists it replaced. They are old files, so their age says nothing; what counts is
   how long ago they stopped being live. Every compaction committed within
@@ -41,7 +42,8 @@ from datetime import UTC, datetime, timedelta
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import StoreError
-from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.manifest import latest_manifest, read_manifest
+from shardline.core.references import referenced
 from shardline.core.replace import is_compaction
 from shardline.core.store import Store
 from shardline.core.version_doc import UnsupportedFormat
@@ -95,7 +97,7 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
     latest = latest_manifest(store, cfg.prefix)
     named: set[str] = set()
     if latest is not None:
-        named = _named(latest) | _replaced_recently(
+        named = referenced(latest) | _replaced_recently(
             store, cfg, now - timedelta(minutes=cfg.retain_replaced_minutes))
     prefixes = [f"{cfg.prefix}/{folder}" for folder in layout.SWEPT_FOLDERS]
     prefixes.append(layout.batch_lists_prefix(cfg.prefix))
@@ -127,15 +129,6 @@ def _scan_due(store: Store, cfg: DatasetConfig, cutoff: datetime) -> bool:
     return last.tzinfo is None or last < cutoff
 
 
-def _named(m: Manifest) -> set[str]:
-    """Every shard, quarantine shard, id file and batch list version ``m`` names."""
-    live = {s.path for s in m.shards}
-    live.update(s.path for s in m.quarantine.shards)
-    live.update(b.ids_path for b in m.batches)
-    live.update(r.key for r in m.batch_lists)
-    return live
-
-
 def _replaced_recently(store: Store, cfg: DatasetConfig, cutoff: datetime) -> set[str]:
     """What the parents of compactions committed after ``cutoff`` named (their replaced
     objects are still in their grace period)."""
@@ -147,7 +140,7 @@ def _replaced_recently(store: Store, cfg: DatasetConfig, cutoff: datetime) -> se
         try:
             m = read_manifest(store, cfg.prefix, v)
             if is_compaction(m) and m.parent is not None:
-                keep |= _named(read_manifest(store, cfg.prefix, m.parent))
+                keep |= referenced(read_manifest(store, cfg.prefix, m.parent))
         except UnsupportedFormat:
             continue        # history before `shardline migrate`: not read any more
     return keep

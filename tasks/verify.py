@@ -3,7 +3,8 @@ is present, has the recorded size and the recorded digest.
 
 What a version references: its document names the schema, the config, a checkpoint and
 batch lists, each with a sha256; the batch lists name the data and quarantine shards (size,
-xxh3_128 where recorded, else sha256) and each batch's id file. Every shard is downloaded
+xxh3_128 where recorded, else sha256) and each batch's id file; the deletions index names
+each deletion vector (sha256). Every shard is downloaded
 and hashed: this is the full check, O(bytes of the version), meant for an operator or a
 schedule, not for every read (readers check each shard they download anyway).
 
@@ -98,7 +99,8 @@ def _metadata(store: Store, m: Manifest, out: Verified) -> bool:
     (the manifest checks each digest as it reads it). False: the shard list is unknown."""
     ok = True
     for what, read in (("schema", lambda: m.schema), ("config", lambda: m.config),
-                       ("checkpoint and batch lists", lambda: m.shard_columns)):
+                       ("checkpoint and batch lists", lambda: m.shard_columns),
+                       ("deletions index and vectors", lambda: m.masks())):
         try:
             read()
         except StoreError as exc:
@@ -110,6 +112,8 @@ def _metadata(store: Store, m: Manifest, out: Verified) -> bool:
                 "document); until then the version cannot be read"))
     if ok:
         out.objects += len(m.batch_lists) + 2
+        if m.doc.deletions is not None:
+            out.objects += len(m.deletion_refs) + 1
     return ok
 
 

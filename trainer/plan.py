@@ -38,6 +38,7 @@ from typing import Literal
 
 import numpy as np
 
+from shardline.core.deletions import drop_masked
 from shardline.core.errors import ShardlineError, StoreError
 from shardline.core.idhash import HoldoutMismatch, dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry
@@ -121,6 +122,12 @@ class TrainPlan:
     # per shard (manifest order): share of its training rows replayed (new shards: 1);
     # None: ``replay_fraction`` for every replay shard
     replay_fractions: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # rows masked by deletion vectors (``core.deletions``), by shard ordinal: never served
+    masked: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    def live(self, s: PlannedShard, rows: np.ndarray) -> np.ndarray:
+        """``rows`` of ``s`` without the ones a deletion vector masks (order kept)."""
+        return drop_masked(rows, self.masked.get(s.ordinal))
 
     def fraction(self, s: PlannedShard) -> float:
         """Share of ``s``'s training rows this run reads."""
@@ -155,6 +162,7 @@ class TrainPlan:
             train = np.arange(len(index.hashes), dtype=np.int64)
         else:
             train = np.flatnonzero(~holdout_mask(index.hashes, self.holdout_fraction))
+        train = self.live(s, train)
         if s.role == "new":
             return train.astype(np.int64)
         k = int(round(self.fraction(s) * len(train)))
@@ -165,10 +173,13 @@ class TrainPlan:
         train shard, the id-hash mask of a mixed one (also when ``s`` is not given)."""
         split = None if s is None else s.split
         if split == HOLDOUT:
-            return np.arange(len(index.hashes), dtype=np.int64)
-        if split == TRAIN:
+            rows = np.arange(len(index.hashes), dtype=np.int64)
+        elif split == TRAIN:
             return np.empty(0, np.int64)
-        return np.flatnonzero(holdout_mask(index.hashes, self.holdout_fraction)).astype(np.int64)
+        else:
+            rows = np.flatnonzero(holdout_mask(index.hashes, self.holdout_fraction)).astype(
+                np.int64)
+        return rows if s is None else self.live(s, rows)
 
     def fingerprint(self) -> str:
         """Identity of the sample universe (resumed loader state must match it)."""
@@ -176,6 +187,8 @@ class TrainPlan:
         h.update(f"{self.replay_fraction:.12g}:{self.holdout_fraction:.12g}:{self.salt}".encode())
         if self.replay_fractions is not None:
             h.update(np.round(self.replay_fractions, 12).tobytes())
+        for ordinal in sorted(self.masked):
+            h.update(f"{ordinal}:".encode() + self.masked[ordinal].tobytes())
         return h.hexdigest()[:16]
 
 
@@ -245,4 +258,13 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
         planned = [PlannedShard(None, i, v, r, cols, sp) for i, (v, r, sp)
                    in enumerate(zip(versions.tolist(), roles, splits, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
-                     fraction, salt, balanced)
+                     fraction, salt, balanced, masked_by_ordinal(manifest))
+
+
+def masked_by_ordinal(manifest: Manifest) -> dict[int, np.ndarray]:
+    """The version's masked rows by shard ordinal (its shard columns' order); reads the
+    deletion vectors only when the version has some."""
+    if manifest.doc.deletions is None:
+        return {}
+    masks = manifest.masks()
+    return {i: masks[p] for i, p in enumerate(manifest.shard_columns.path) if p in masks}

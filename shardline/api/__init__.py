@@ -1,5 +1,5 @@
 """The public Python API: open any version of a dataset, list versions, read quarantined
-rows, diff versions, read the model registry. Read-only.
+rows, diff versions, read the model registry; read-only but for ``delete_rows``.
 
     import shardline
     ds = shardline.open_dataset("digits")          # latest; version=N for another
@@ -24,6 +24,7 @@ _EXPORTS = {
     "TorchLoader": "shardline.api.torch_data",
     "store_settings": "shardline.api.access",
     "load_model": "shardline.api.models",
+    "delete_rows": "shardline.api.changes",
 }
 
 

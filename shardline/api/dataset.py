@@ -149,9 +149,27 @@ class Dataset:
         shards = self.shards(new_only)
         if not shards:
             return self.schema.empty_table().select(columns or self.schema.names)
-        return read_split(lambda some, cols: self.to_dataset(shards=some).to_table(
-            columns=cols, filter=filter), shards, self.split, lambda: self.holdout_fraction,
-            columns)
+        return read_split(lambda some, cols: self._read(some, cols, filter), shards,
+                          self.split, lambda: self.holdout_fraction, columns)
+
+    def _read(self, shards: list[ShardEntry], columns: list[str] | None, filter: Any
+              ) -> pa.Table:
+        """The rows of ``shards``: files without a deletion vector through one Arrow
+        dataset, a masked shard on its own without its masked rows (``core.deletions``)."""
+        masks = self.manifest.masks() if self.manifest.doc.deletions is not None else {}
+        clean = [s for s in shards if s.path not in masks]
+        parts = [self.to_dataset(shards=clean).to_table(columns=columns, filter=filter)] \
+            if clean else []
+        for s in (s for s in shards if s.path in masks):
+            t = self.to_dataset(shards=[s]).to_table()
+            keep = np.ones(t.num_rows, bool)
+            keep[masks[s.path]] = False
+            t = t.filter(pa.array(keep))
+            t = t.filter(filter) if filter is not None else t
+            parts.append(t.select(columns) if columns is not None else t)
+        if not parts:
+            return self.schema.empty_table().select(columns or self.schema.names)
+        return pa.concat_tables(parts)
 
     def to_pandas(self, columns: list[str] | None = None, new_only: bool = False,
                   label_names: bool = False) -> pd.DataFrame:

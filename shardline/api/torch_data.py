@@ -78,10 +78,11 @@ class _AllPlan(TrainPlan):
         return self.shards
 
     def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
-        return np.arange(len(index.hashes), dtype=np.int64)
+        return self.live(s, np.arange(len(index.hashes), dtype=np.int64))
 
     def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:
-        return np.arange(len(index.hashes), dtype=np.int64)
+        rows = np.arange(len(index.hashes), dtype=np.int64)
+        return rows if s is None else self.live(s, rows)
 
     def expected_rows(self, s: PlannedShard) -> float:
         return float(s.entry.rows)

@@ -23,6 +23,7 @@ EXAMPLES: dict[str, str] = {
     "migrate": f"shardline migrate -c {F}",
     "verify": f"shardline verify -c {F} --version 2",
     "upload": f"shardline upload ./my-drop/ -c {F}",
+    "delete": f"shardline delete -c {F} --ids ids-to-remove.txt",
     "bench": "shardline bench loader --quick",
     "bench loader": "shardline bench loader --quick",
     "bench convert": "shardline bench convert --quick",

@@ -235,7 +235,8 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
         checkpoint=checkpoint, batch_lists=[*before, new_ref], validation=validation,
         quarantine=QuarantineSummary(rows=batch.quarantined, by_rule=dict(batch.by_rule),
                                      total_rows=totals.quarantined),
-        totals=totals, holdout_fraction=holdout_fraction, stats=stats)
+        totals=totals, holdout_fraction=holdout_fraction, stats=stats,
+        deletions=None if parent is None else parent.doc.deletions)
     return VersionDraft(prefix=prefix, doc=doc, objects=objects, parent=parent)
 
 

@@ -18,6 +18,8 @@
     <prefix>/shards/batch=<id>/split=holdout/[label=<k>/]part-...     its held-out rows
     <prefix>/quarantine/batch=<id>/part-<nnnnn>-<run>.arrow           rejected rows + reasons
     <prefix>/ids/batch=<id>-<run>.arrow              published ids of a batch (duplicate check)
+    <prefix>/deletes/batch=<id>/dv-<shard>-<run>-v<N>.arrow   a deletion vector (rows masked)
+    <prefix>/deletes/index-v<N>-<run>.json           every live deletion vector of version N
     <prefix>/batches/<id>.json                       ledger: a batch's sources and version
     <prefix>/ledger/claims-<NNNNNNNNN>.arrow         ledger checkpoint: the claims of that
                                                      many batches in one Arrow file
@@ -39,7 +41,7 @@ _VERSION_RE = re.compile(r"/versions/v(\d{6,})\.json$")
 # Folders of objects that version documents reference; the sweep removes old objects there
 # that the latest version does not reference. (``manifests/`` is not swept yet: older
 # versions' checkpoints stay referenced by their documents.)
-SWEPT_FOLDERS = ("shards/", "quarantine/", "ids/")
+SWEPT_FOLDERS = ("shards/", "quarantine/", "ids/", "deletes/")
 
 
 # -- versions ---------------------------------------------------------------------------
@@ -126,6 +128,19 @@ def quarantine_key(prefix: str, batch_id: str, part: int, run_id: str) -> str:
 
 def ids_key(prefix: str, batch_id: str, run_id: str) -> str:
     return f"{prefix}/ids/batch={batch_id}-{run_id}.arrow"
+
+
+def deletion_vector_key(prefix: str, batch_id: str, shard_sha256: str, run_id: str,
+                        version: int) -> str:
+    """A deletion vector of one shard (``core.deletions``), written by ``run_id`` for
+    version ``version``: racers and later changes of the same shard never share the key."""
+    return (f"{prefix}/deletes/batch={batch_id}/dv-{shard_sha256[:16]}-{run_id}-"
+            f"v{version:06d}.arrow")
+
+
+def deletions_index_key(prefix: str, version: int, run_id: str) -> str:
+    """Every live deletion vector reference of ``version`` (``core.deletions``)."""
+    return f"{prefix}/deletes/index-v{version:06d}-{run_id}.json"
 
 
 # -- ledger, staging, reports --------------------------------------------------------------

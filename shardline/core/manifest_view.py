@@ -7,7 +7,9 @@ Everything else is read when first used and then kept:
 - ``batches`` (every live batch): the document plus its checkpoint (one more GET);
 - ``new()`` / ``sources``: this version's batch list only;
 - ``shards`` / ``quarantine.shards``: every batch list (fetched in parallel, digest-checked);
-- ``schema`` / ``config``: one content-addressed object each.
+- ``schema`` / ``config``: one content-addressed object each;
+- ``deletion_refs`` / ``masks()``: the deletions index (one GET), then each deletion vector
+  (``core.deletions``; rows readers never serve).
 
 Documents and objects of formats 1 and 2 are refused (``UnsupportedFormat``, naming
 ``shardline migrate``); that command is the one reader of them.
@@ -21,7 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from shardline.core import shard_table
+from shardline.core.deletions import DeletionRef, decode_index, decode_vector, union
 from shardline.core.parts import (
     BatchEntry,
     BatchListRef,
@@ -52,6 +57,7 @@ class Manifest:
         self.raw, self.key, self.format = doc, key, FORMAT
         self._get = get
         self._lists: dict[str, BatchList] = {}
+        self._vectors: dict[str, np.ndarray] = {}
         self.doc: VersionDoc = VersionDoc.from_dict(doc, key)
         self.dataset: str = self.doc.dataset
         self.version: int = self.doc.version
@@ -190,6 +196,35 @@ class Manifest:
 
     def _all_quarantine_shards(self) -> list[ShardEntry]:
         return [s for bl in self.read_lists(self.batch_lists) for s in bl.quarantine_shards]
+
+    # -- deletion vectors ----------------------------------------------------------------
+    @cached_property
+    def deletion_refs(self) -> list[DeletionRef]:
+        """Every live deletion vector reference (empty: no row is masked)."""
+        ref = self.doc.deletions
+        return [] if ref is None else decode_index(self.read_object(ref.key), ref)
+
+    @property
+    def deleted_rows(self) -> int:
+        """Rows masked in this version (a document read only)."""
+        return 0 if self.doc.deletions is None else self.doc.deletions.rows
+
+    def masks(self, shards: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+        """Masked row positions (ascending) by shard path, for ``shards`` (default: every
+        masked shard); a shard without a vector is absent. Vectors are read in parallel
+        once and kept."""
+        want = None if shards is None else set(shards)
+        refs = [r for r in self.deletion_refs if want is None or r.shard in want]
+        todo = [r for r in refs if r.key not in self._vectors]
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                for r, rows in zip(todo, pool.map(
+                        lambda r: decode_vector(self.read_object(r.key), r), todo), strict=True):
+                    self._vectors[r.key] = rows
+        by_shard: dict[str, list[np.ndarray]] = {}
+        for r in refs:
+            by_shard.setdefault(r.shard, []).append(self._vectors[r.key])
+        return {k: union(v) for k, v in by_shard.items()}
 
     def read_object(self, key: str) -> builtins.bytes:
         """The bytes of an object this version references."""

@@ -52,6 +52,7 @@ class Rewrite:
     batch: str
     replaced: list[ShardEntry]
     outputs: list[ShardEntry]
+    masked_rows: int = 0            # rows of ``replaced`` that deletion vectors masked
 
     def apply(self, shards: list[ShardEntry]) -> list[ShardEntry]:
         """The batch's shard list with the replaced shards swapped for the outputs (placed
@@ -110,10 +111,11 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
             refs.append(old_ref)          # untouched: the same object, the same digest
             continue
         shards = rw.apply(old.shards)
-        if sum(s.rows for s in shards) != old.rows:
+        if sum(s.rows for s in shards) != old.rows - rw.masked_rows:
             raise StoreError(f"batch {old.batch}: compacted shards hold "
-                             f"{sum(s.rows for s in shards)} rows, the batch {old.rows}")
-        new = dataclasses.replace(old, run=run, shards=shards)
+                             f"{sum(s.rows for s in shards)} rows, the batch {old.rows} of "
+                             f"which {rw.masked_rows} masked")
+        new = dataclasses.replace(old, run=run, shards=shards, rows=old.rows - rw.masked_rows)
         refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
                                         sources=old_ref.sources, stats=old_ref.stats))
     missing = set(rewrites) - {r.batch for r in refs}

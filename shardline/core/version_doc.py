@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardline.core import shard_table
+from shardline.core.deletions import ChangeSummary, DeletionsRef
 from shardline.core.errors import PermanentStoreError, StoreError
 from shardline.core.parts import (
     BatchListRef,
@@ -212,6 +213,11 @@ class VersionDoc:
     # Dataset-level per-field statistics (typed fields; ``core.field_stats``): the parent's
     # merged with this version's batch, so O(1) per version. None: not recorded.
     stats: dict[str, Any] | None = None
+    # Rows masked by deletion vectors (``core.deletions``): the live index, copied by every
+    # later version until a compaction applies it. None: no row is masked.
+    deletions: DeletionsRef | None = None
+    # What a deletion or correction version changed (None: an ingest or compaction).
+    changes: ChangeSummary | None = None
 
     @property
     def own_ref(self) -> BatchListRef | None:
@@ -221,9 +227,10 @@ class VersionDoc:
 
     def to_dict(self) -> dict[str, Any]:
         out = to_dict(self)
-        # statistics are optional: documents without them keep their bytes
-        if out.get("stats") is None:
-            out.pop("stats", None)
+        # optional parts: documents without them keep their bytes
+        for optional in ("stats", "deletions", "changes"):
+            if out.get(optional) is None:
+                out.pop(optional, None)
         for ref in out.get("batch_lists", []):
             if ref.get("stats") is None:
                 ref.pop("stats", None)
@@ -233,8 +240,11 @@ class VersionDoc:
     def from_dict(cls, d: dict[str, Any], key: str) -> VersionDoc:
         check_format(d, key, "version document")
         ckpt, conf = d.get("checkpoint"), d.get("config")
+        dels, changes = d.get("deletions"), d.get("changes")
         return from_dict(cls, {
             **d,
+            "deletions": None if dels is None else DeletionsRef.from_dict(dels, key),
+            "changes": None if changes is None else ChangeSummary.from_dict(changes, key),
             "schema": ObjectRef.from_dict(d.get("schema"), key),
             "config": None if conf is None else ObjectRef.from_dict(conf, key),
             "checkpoint": None if ckpt is None else CheckpointRef.from_dict(ckpt, key),

@@ -28,6 +28,9 @@ class FakeVersion:
     version: int = 7
     format: int = 3
 
+    def masks(self) -> dict:
+        return {}                  # no deletion vectors
+
 
 def test_bins_are_near_the_target_and_keep_order() -> None:
     shards = [entry("b", i, 100_000) for i in range(100)]        # 10 MB of 100 KB shards

@@ -23,6 +23,8 @@ def test_every_key_lives_under_the_dataset_prefix_in_its_folder() -> None:
         "shards/": [layout.shard_key(P, "b", 3, 0, "r"), layout.shard_key(P, "b", None, 7, "r")],
         "quarantine/": [layout.quarantine_key(P, "b", 0, "r")],
         "ids/": [layout.ids_key(P, "b", "r")],
+        "deletes/": [layout.deletion_vector_key(P, "b", "0" * 64, "r", 3),
+                     layout.deletions_index_key(P, 3, "r")],
         "batches/": [layout.batch_claim_key(P, "b")],
         "staging/": [layout.staged_data_key(P, "r", 2, 1, 0, 3),
                      layout.staged_quarantine_key(P, "r", 1, 0),
