@@ -28,7 +28,7 @@ demo: setup
 	$(BIN)/shardline demo
 
 test: setup browser-deps
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=40
 
 # Debian's chromium + chromium-driver for the Prefect UI check (skipped where they are missing).
 browser-deps:
