@@ -13,6 +13,7 @@ Runs alone or under torchrun (every rank calls ``train``; rank 0 writes to the r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -21,7 +22,9 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from shardline.core import retention
 from shardline.core.config import Config
+from shardline.core.errors import StoreError
 from shardline.core.store import Store
 from shardline.trainer import dist
 from shardline.trainer.accel import apply_backends, compiled, plan_step
@@ -69,12 +72,23 @@ def train(cfg: Config, store: Store, dataset_version: int | None = None, *,
     created = dist.init(info, place.device)
     try:
         ctx = open_context(cfg, store, dataset_version, options, info, place)
+        _hold(ctx)
         try:
             return _Trainer(ctx).run(on_batch)
         finally:
             ctx.fetcher.close()
+            if info.is_main:       # a lease left behind ages out after the sweep window
+                with contextlib.suppress(StoreError):
+                    retention.release(store, cfg.dataset.prefix, ctx.run_key)
     finally:
         dist.shutdown(created)
+
+
+def _hold(ctx: RunContext) -> None:
+    """Rank 0 leases the dataset version it reads (refreshed with every checkpoint), so
+    ``shardline expire`` keeps it until the run ends."""
+    if ctx.info.is_main:
+        retention.hold(ctx.store, ctx.cfg.dataset.prefix, ctx.run_key, ctx.manifest.version)
 
 
 class _Trainer:
@@ -201,6 +215,7 @@ class _Trainer:
                     state: LoopState, before: EvalResult | None) -> None:
         if not self.ctx.info.is_main:
             return
+        _hold(self.ctx)
         tensors, rest = optimizer_parts(opt)
         blob = {**{f"model.{k}": v for k, v in model_tensors(model).items()},
                 **{f"opt.{k}": v for k, v in tensors.items()},

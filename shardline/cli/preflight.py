@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from shardline.core.config import Config, StoreSettings, load_config
 from shardline.core.errors import PermanentStoreError, ServiceUnavailable, StoreError
 from shardline.core.manifest import list_versions
+from shardline.core.retention import expired_error, read_expired
 from shardline.core.settings import CheckEnv, SparkSettings, read_env
 from shardline.core.store import ObjectStore
 
@@ -63,6 +64,9 @@ def dataset_versions(settings: StoreSettings, cfg: Config, version: int | None) 
         raise PermanentStoreError(f"dataset {cfg.dataset.name} has no versions under {where}; "
                                   f"run `shardline ingest -c {cfg.path}` first")
     if version is not None and version not in versions:
+        record = read_expired(store, cfg.dataset.prefix)
+        if version in record:
+            raise expired_error(store, cfg.dataset.prefix, version, record, versions[-1])
         raise PermanentStoreError(f"dataset {cfg.dataset.name} has no version {version} under "
                                   f"{where}; known versions: {_ranges(versions)}")
     return versions

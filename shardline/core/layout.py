@@ -26,6 +26,10 @@
     <prefix>/staging/<run>/...                       work in progress of one ingest run
     <prefix>/leases/<run>                            heartbeat of a running ingest (sweep keeps)
     <prefix>/reports/<run>/validation.json           validation results, also for failed runs
+    <prefix>/retention/expired.json                  which versions were expired, and when
+                                                     (store clock; compare-and-swap)
+    <prefix>/retention/v<NNNNNN>.json                an expired version's document, kept a
+                                                     window for its readers (``tasks.vacuum``)
 
 Keys that a racing publisher of the same batch could also write carry the run id, so no key
 is ever written twice with different bytes; content-addressed keys (schema, config) hold the
@@ -168,6 +172,26 @@ def sweep_marker(prefix: str) -> str:
 def sweep_clock_key(prefix: str) -> str:
     """A marker the sweep writes to read the store's clock (its LastModified)."""
     return f"{prefix}/sweep/clock"
+
+
+def training_lease_key(prefix: str, run: str) -> str:
+    """A running training's lease: names the dataset version it reads (``tasks.expire``
+    keeps that version while the lease is refreshed)."""
+    return f"{prefix}/leases/train-{run}"
+
+
+def expired_record_key(prefix: str) -> str:
+    """Which versions ``shardline expire`` removed, and when (``core.retention``)."""
+    return f"{prefix}/retention/expired.json"
+
+
+def retention_prefix(prefix: str) -> str:
+    return f"{prefix}/retention/"
+
+
+def expired_doc_key(prefix: str, version: int) -> str:
+    """Where an expired version's document waits a window before ``shardline vacuum``."""
+    return f"{prefix}/retention/v{version:06d}.json"
 
 
 def leases_prefix(prefix: str) -> str:

@@ -24,6 +24,7 @@ from shardline.core.parts import (
     content_digests,
 )
 from shardline.core.provenance import code_version, now_iso
+from shardline.core.retention import VersionExpired, expired_error, read_expired
 from shardline.core.store import Store
 from shardline.core.version_doc import UnsupportedFormat, decode
 
@@ -32,6 +33,7 @@ def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
     """Version ``version``: its document now, what it references when first used.
 
     Raises:
+        VersionExpired: ``shardline expire`` removed it (names the oldest kept version).
         VersionChainBroken: the document is missing although a later version exists.
         StoreError: the version does not exist (or cannot be read).
     """
@@ -46,8 +48,12 @@ def read_manifest(store: Store, prefix: str, version: int) -> Manifest:
 
 
 def _missing(store: Store, prefix: str, version: int) -> StoreError:
-    """Why version ``version`` has no document: it was never made, or the chain is broken."""
+    """Why version ``version`` has no document: it was expired, never made, or the chain
+    is broken. (The expiry record is read here only: a kept version costs no extra GET.)"""
     latest = latest_version(store, prefix)
+    record = read_expired(store, prefix)
+    if latest is not None and version in record:
+        return expired_error(store, prefix, version, record, latest)
     if latest is not None and 1 <= version <= latest:   # == latest: the hint names it
         return broken(store, prefix, version, f"version {latest} exists" if version < latest
                       else "the latest-version hint names it")
@@ -70,7 +76,7 @@ def recent_manifests(store: Store, prefix: str, last: int) -> list[Manifest]:
     latest = latest_version(store, prefix) or 0
     out = []
     for v in range(max(1, latest - last + 1), latest + 1):
-        with contextlib.suppress(UnsupportedFormat, VersionChainBroken):
+        with contextlib.suppress(UnsupportedFormat, VersionChainBroken, VersionExpired):
             out.append(read_manifest(store, prefix, v))
     return out
 
@@ -86,6 +92,6 @@ def resolve_version(store: Store, prefix: str, version: int | None) -> Manifest:
 
 __all__ = [
     "BatchEntry", "Manifest", "ObjectExists", "QuarantineView", "SchemaInfo", "ShardEntry",
-    "SourceEntry", "code_version", "content_digests", "latest_manifest",
+    "SourceEntry", "VersionExpired", "code_version", "content_digests", "latest_manifest",
     "list_versions", "now_iso", "read_manifest", "recent_manifests", "resolve_version",
 ]

@@ -1,0 +1,60 @@
+"""``shardline expire``: retention of dataset versions (``shardline.tasks.expire``).
+
+Runs in this process against the bucket (no Prefect, no Spark). The versions live models
+use are read from the registry here (``trainer.retention``) and handed to the task, which
+also keeps the versions of running trainings (their leases) and the latest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from shardline.cli.common import ConfigOpt, JsonOpt, prepare
+from shardline.cli.output import emit_json, fail, line
+from shardline.core.errors import ShardlineError
+
+KeepOpt = typer.Option(None, "--keep", min=1, help="keep the N newest versions")
+OlderOpt = typer.Option(None, "--older-than",
+                        help="expire versions written longer ago than this (30d, 36h, 90m; "
+                        "by the store's clock)")
+DryOpt = typer.Option(False, "--dry-run", help="say what would go; change nothing")
+
+
+def _store() -> Any:
+    from shardline.core.config import StoreSettings
+    from shardline.core.store import ObjectStore
+
+    return ObjectStore(StoreSettings.from_env())
+
+
+def expire(config: str = ConfigOpt, keep: int | None = KeepOpt,
+           older_than: str | None = OlderOpt, dry_run: bool = DryOpt,
+           as_json: bool = JsonOpt) -> None:
+    """Expire old dataset versions: their documents go (never the latest, a live model's
+    version or a running training's); `shardline vacuum` then removes their files."""
+    prepare()
+    from shardline.cli import preflight
+    from shardline.tasks.expire import expire as run_expire
+    from shardline.tasks.expire import parse_age
+    from shardline.trainer.retention import versions_in_use
+
+    try:
+        cfg = preflight.config(config)
+        store = _store()
+        preflight.s3(store.settings)
+        age = None if older_than is None else parse_age(older_than)
+        result = run_expire(store, cfg.dataset, keep=keep, older_than=age,
+                            held=versions_in_use(store, cfg.dataset.name), dry_run=dry_run)
+    except (ShardlineError, ValueError) as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json({"dataset": result.dataset, "latest": result.latest,
+                   "expired": result.expired, "kept": result.kept, "dry_run": dry_run})
+    else:
+        line(result.summary())
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(expire)
