@@ -136,15 +136,15 @@ def _check_rebase(store: Store, cfg: DatasetConfig, conv: Converted,
         return
     newer = [b for b in latest.batches if b.version > base]
     mine = {(s.key, s.etag) for s in conv.batch.sources}
-    for b in latest.batches:
-        if b.version <= src_from:
-            continue
-        theirs = {(s.key, s.etag) for s in read_manifest(store, cfg.prefix, b.version).sources}
+    # the batches' own lists, from the latest (the versions that added them may be expired)
+    refs = [r for r in latest.batch_lists if r.version > src_from]
+    for r, bl in zip(refs, latest.read_lists(refs), strict=True):
+        theirs = {(s.key, s.etag) for s in bl.sources}
         shared = sorted(k for k, _ in mine & theirs)
         if shared:
             raise PublishConflict(
                 f"batch {conv.batch.id}: {len(shared)} source(s) (e.g. {shared[0]}) were "
-                f"published concurrently by version {b.version} after this run detected them; "
+                f"published concurrently by version {r.version} after this run detected them; "
                 "nothing was published. Re-run ingest: detect leaves them out now.")
     if not newer:
         return

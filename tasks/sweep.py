@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import StoreError
-from shardline.core.manifest import latest_manifest, read_manifest
+from shardline.core.manifest import VersionExpired, latest_manifest, read_manifest
 from shardline.core.references import referenced
 from shardline.core.replace import is_compaction
 from shardline.core.store import Store
@@ -76,18 +76,7 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
     window = timedelta(minutes=cfg.sweep_after_minutes)
     cutoff = now - window
     live = live_runs(store, cfg.prefix, now, window) | ({keep_run} if keep_run else set())
-    runs: dict[str, list] = {}
-    root = layout.staging_prefix(cfg.prefix)
-    for o in store.list(root):
-        run = o.key[len(root):].split("/", 1)[0]
-        runs.setdefault(run, []).append(o)
-    stale_keys: list[str] = []
-    stale_runs = 0
-    for run, objs in runs.items():
-        if not protected(f"{root}{run}/", live) and stale(
-                max(o.last_modified for o in objs), now, window):
-            stale_runs += 1
-            stale_keys.extend(o.key for o in objs)
+    stale_runs, stale_keys = stale_staging(store, cfg.prefix, now, window, live)
     store.delete(stale_keys)
     if not full and not _scan_due(store, cfg, cutoff):
         if stale_runs:
@@ -110,6 +99,25 @@ def sweep(store: Store, cfg: DatasetConfig, *, keep_run: str | None = None,
         log.info("swept %d stale staging run(s) (%d objects) and %d orphaned file(s)",
                  stale_runs, len(stale_keys), len(orphans))
     return SweepResult(stale_runs, len(stale_keys), len(orphans))
+
+
+def stale_staging(store: Store, prefix: str, now: datetime, window: timedelta,
+                  live: set[str]) -> tuple[int, list[str]]:
+    """The staging runs whose newest object is older than ``window`` at store time ``now``
+    and that hold no live lease: (how many runs, their object keys)."""
+    runs: dict[str, list] = {}
+    root = layout.staging_prefix(prefix)
+    for o in store.list(root):
+        run = o.key[len(root):].split("/", 1)[0]
+        runs.setdefault(run, []).append(o)
+    keys: list[str] = []
+    count = 0
+    for run, objs in runs.items():
+        if not protected(f"{root}{run}/", live) and stale(
+                max(o.last_modified for o in objs), now, window):
+            count += 1
+            keys.extend(o.key for o in objs)
+    return count, keys
 
 
 def _warn_skew(local: datetime, store_time: datetime) -> None:
@@ -141,6 +149,6 @@ def _replaced_recently(store: Store, cfg: DatasetConfig, cutoff: datetime) -> se
             m = read_manifest(store, cfg.prefix, v)
             if is_compaction(m) and m.parent is not None:
                 keep |= referenced(read_manifest(store, cfg.prefix, m.parent))
-        except UnsupportedFormat:
-            continue        # history before `shardline migrate`: not read any more
+        except (UnsupportedFormat, VersionExpired):
+            continue        # history before `shardline migrate`, or expired: not read
     return keep

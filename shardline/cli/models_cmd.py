@@ -5,6 +5,7 @@ one is live), and the moves of the live pointer a person makes:
     shardline models promote 7 -c digits.toml --reason "A/B won"
     shardline models rollback -c digits.toml             # back to the model live before
     shardline models pin 7 -c digits.toml                # live = 7; training won't move it
+    shardline models expire -c digits.toml --keep 5      # registry retention
 
 A move is the gate's conditional write of ``promoted.json`` (``trainer/moves.py``) and is
 logged in it with who asked (``--by``, default the user name) and why; the Prefect UI's
@@ -140,6 +141,39 @@ def pin(number: int = typer.Argument(..., help="model number to make live and pi
     """Make model NUMBER live and pin it: training runs keep saving candidates but do not
     promote them until someone promotes or rolls back."""
     _move("pin", config, number, model, by, reason, as_json)
+
+
+@app.command("expire")
+def expire_models(config: str = ConfigOpt,
+                  keep: int = typer.Option(..., "--keep", min=0,
+                                           help="candidates (never promoted) to keep"),
+                  model: str | None = ModelOpt,
+                  dry_run: bool = typer.Option(False, "--dry-run",
+                                               help="say what would go; change nothing"),
+                  as_json: bool = JsonOpt) -> None:
+    """Remove old models' weights and checkpoints: every model ever promoted, the pinned one,
+    the last N candidates and any written within the sweep window stay."""
+    prepare()
+    from datetime import timedelta
+
+    from shardline.cli import preflight
+    from shardline.tasks.lease import store_now
+    from shardline.trainer.retention import expire_models as run
+
+    try:
+        cfg = preflight.config(config)
+        store = _store()
+        preflight.s3(store.settings)
+        name = model or cfg.train.registry_name
+        done = run(store, cfg.dataset.name, name, keep, store_now(store, cfg.dataset.prefix),
+                   timedelta(minutes=cfg.dataset.sweep_after_minutes), dry_run)
+    except ShardlineError as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json({"dataset": cfg.dataset.name, "model": name, "removed": done.removed,
+                   "kept": done.kept, "dry_run": dry_run})
+        return
+    line(f"{cfg.dataset.name} / {done.summary()}")
 
 
 def register(root: typer.Typer) -> None:

@@ -1,4 +1,5 @@
-"""``shardline expire``: retention of dataset versions (``shardline.tasks.expire``).
+"""``shardline expire`` and ``shardline vacuum``: retention of dataset versions
+(``shardline.tasks.expire``, ``shardline.tasks.vacuum``).
 
 Runs in this process against the bucket (no Prefect, no Spark). The versions live models
 use are read from the registry here (``trainer.retention``) and handed to the task, which
@@ -56,5 +57,29 @@ def expire(config: str = ConfigOpt, keep: int | None = KeepOpt,
         line(result.summary())
 
 
+def vacuum(config: str = ConfigOpt, dry_run: bool = DryOpt, as_json: bool = JsonOpt) -> None:
+    """Remove every file no kept version references (shards, batch lists, checkpoints, id
+    files, deletion vectors, dead staging), once older than the sweep window by the store's
+    clock; an expired version's files stay a window after its expiry."""
+    prepare()
+    from shardline.cli import preflight
+    from shardline.tasks.vacuum import vacuum as run_vacuum
+
+    try:
+        cfg = preflight.config(config)
+        store = _store()
+        preflight.s3(store.settings)
+        result = run_vacuum(store, cfg.dataset, dry_run=dry_run)
+    except (ShardlineError, ValueError) as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json({"dataset": result.dataset, "kept_versions": result.kept_versions,
+                   "grace_versions": result.grace_versions, "removed": result.removed,
+                   "removed_bytes": result.removed_bytes, "dry_run": dry_run})
+    else:
+        line(result.summary())
+
+
 def register(app: typer.Typer) -> None:
     app.command()(expire)
+    app.command()(vacuum)

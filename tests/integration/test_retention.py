@@ -9,16 +9,23 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import Result
+from typer.testing import CliRunner
 
+from shardline.cli.main import app
 from shardline.core import layout, retention
 from shardline.core.config import StoreSettings
 from shardline.core.latest import latest_version
 from shardline.core.manifest import VersionExpired, read_manifest, recent_manifests
+from shardline.core.references import referenced
 from shardline.core.store import ObjectStore
+from shardline.tasks.compact import compact
 from shardline.tasks.expire import expire
 from shardline.tasks.lease import store_now
+from shardline.tasks.vacuum import vacuum
+from shardline.tasks.verify import verify
 from shardline.trainer.registry import ModelRegistry
-from shardline.trainer.retention import versions_in_use
+from shardline.trainer.retention import expire_models, versions_in_use
 from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.compact_data import publish_small
 from tests.integration.trainer_data import config_toml, digits_config
@@ -76,25 +83,88 @@ def test_expire_keeps_the_held_and_readers_are_told(store: ObjectStore) -> None:
 def test_cli_expire_and_a_reader_of_an_expired_version(store: ObjectStore,
                                                        store_settings: StoreSettings,
                                                        tmp_path: Path) -> None:
+    """The commands in this process (typer's runner, the real app), the reader of an
+    expired version as a user runs it (a subprocess: one line on stderr)."""
     cfg = digits_config()
     publish_small(store, cfg.dataset, batches=3)
     path = tmp_path / "dataset.toml"
     path.write_text(config_toml(cfg))
     env = cli_env(store_settings, tmp_path)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([EXE, *args, "-c", str(path)], env=env, capture_output=True,
-                              text=True, timeout=180)
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(app, [*args, "-c", str(path)], env=env)
 
     none = run("expire")
-    assert none.returncode == 1 and "--keep N" in none.stderr
+    assert none.exit_code == 1 and "--keep N" in none.output
     dry = run("expire", "--keep", "1", "--dry-run")
-    assert dry.returncode == 0, dry.stderr
-    assert "would expire 2 version(s) (v1-2); latest v3" in dry.stdout
+    assert dry.exit_code == 0, dry.output
+    assert "would expire 2 version(s) (v1-2); latest v3" in dry.output
     assert latest_version(store, cfg.dataset.prefix) == 3
+    assert store.head(layout.version_key(cfg.dataset.prefix, 1)) is not None
     real = run("expire", "--keep", "1")
-    assert real.returncode == 0 and "expired 2 version(s) (v1-2)" in real.stdout
-    old = run("verify", "--version", "1")
+    assert real.exit_code == 0 and "expired 2 version(s) (v1-2)" in real.output
+    vac = run("vacuum", "--dry-run", "--json")
+    assert vac.exit_code == 0, vac.output
+    assert '"removed": []' in vac.output and '"grace_versions": [1, 2]' in vac.output
+    models = run("models", "expire", "--keep", "1", "--dry-run")
+    assert models.exit_code == 0 and "would remove model(s) none" in models.output
+
+    old = subprocess.run([EXE, "verify", "--version", "1", "-c", str(path)], env=env,
+                         capture_output=True, text=True, timeout=180)
     assert old.returncode == 1 and "Traceback" not in old.stderr
     assert "version 1 " in old.stderr and "oldest kept version is 3" in old.stderr
-    assert run("verify").returncode == 0
+
+
+def test_registry_retention_keeps_promoted_history_and_the_last_candidates(
+        store: ObjectStore) -> None:
+    cfg = digits_config()
+    ds, name = cfg.dataset, cfg.train.registry_name
+    reg = ModelRegistry(store, ds.name, name)
+    for version in range(1, 6):                  # models 1..5; 1 and 2 promoted, 2 live
+        n = reg.claim(f"run{version}")
+        reg.save(n, b"w", b"o", {"dataset_version": version})
+        if n <= 2:
+            reg.promote(n, reg.promoted(), {"history": list(range(1, n + 1))})
+    now = store_now(store, ds.prefix)
+    window = timedelta(minutes=ds.sweep_after_minutes)
+    fresh = expire_models(store, ds.name, name, 1, now, window)
+    assert fresh.removed == [] and "within the sweep window" in fresh.kept[3]
+    later = now + window + timedelta(minutes=1)
+    assert expire_models(store, ds.name, name, 1, later, window, dry_run=True).removed == [3, 4]
+    done = expire_models(store, ds.name, name, 1, later, window)
+    assert done.removed == [3, 4] and set(done.kept) == {1, 2, 5}
+    assert reg.numbers() == [1, 2, 5]
+    assert not list(store.list(f"{reg.prefix}/000003/"))
+    assert store.head(reg.key(1, "weights.safetensors")) is not None
+    assert reg.promoted() is not None and reg.promoted().number == 2
+
+
+def test_vacuum_removes_what_no_kept_version_references(store: ObjectStore) -> None:
+    ds = digits_config().dataset
+    publish_small(store, ds, batches=3)
+    before = set(o.key for o in store.list(f"{ds.prefix}/shards/"))
+    v4 = compact(store, ds, target_mb=1.0)            # replaces every small shard
+    assert v4.version == 4
+    orphan = layout.shard_key(ds.prefix, "crashed", None, 0, "deadrun")
+    store.put_bytes(orphan, b"a crashed run's copy")
+    leftover = layout.staging_prefix(ds.prefix, "deadrun") + "data/t00000-0000-a0.arrow"
+    store.put_bytes(leftover, b"staged")
+    assert expire(store, ds, keep=1).expired == [1, 2, 3]
+    live = referenced(read_manifest(store, ds.prefix, 4))
+
+    young = vacuum(store, ds)                          # everything is younger than the window
+    assert young.removed == [] and young.grace_versions == [1, 2, 3]
+    later = store_now(store, ds.prefix) + timedelta(minutes=ds.sweep_after_minutes + 1)
+    dry = vacuum(store, ds, now=later, dry_run=True)
+    assert store.head(orphan) is not None
+    done = vacuum(store, ds, now=later)
+    assert sorted(done.removed) == sorted(dry.removed) and done.kept_versions == [4]
+    gone = set(done.removed)
+    assert before <= gone and {orphan, leftover} <= gone       # replaced, crashed, staged
+    assert {layout.expired_doc_key(ds.prefix, v) for v in (1, 2, 3)} <= gone
+    assert not gone & live
+    left = {o.key for o in store.list(f"{ds.prefix}/")}
+    assert live <= left and not gone & left
+    assert verify(store, ds).sound
+    assert read_manifest(store, ds.prefix, 4).rows == 750
+    assert vacuum(store, ds, now=later).removed == []          # nothing left to do
