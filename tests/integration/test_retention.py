@@ -20,7 +20,7 @@ from shardline.core.manifest import VersionExpired, read_manifest, recent_manife
 from shardline.core.references import referenced
 from shardline.core.store import ObjectStore
 from shardline.tasks.compact import compact
-from shardline.tasks.expire import expire
+from shardline.tasks.expire import ExpireResult, expire
 from shardline.tasks.lease import store_now
 from shardline.tasks.vacuum import vacuum
 from shardline.tasks.verify import verify
@@ -28,7 +28,7 @@ from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.retention import expire_models, versions_in_use
 from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.compact_data import publish_small
-from tests.integration.trainer_data import config_toml, digits_config
+from tests.integration.trainer_data import config_toml, digits_config, publish_version
 
 
 def live_model(store: ObjectStore, dataset: str, model: str, version: int) -> int:
@@ -168,3 +168,34 @@ def test_vacuum_removes_what_no_kept_version_references(store: ObjectStore) -> N
     assert verify(store, ds).sound
     assert read_manifest(store, ds.prefix, 4).rows == 750
     assert vacuum(store, ds, now=later).removed == []          # nothing left to do
+
+
+def test_a_running_training_holds_its_version(store: ObjectStore, tmp_path: Path) -> None:
+    """Real training (CPU): while it runs, expire keeps the version it reads; after it, the
+    lease is gone and the version stays because the promoted model was trained on it."""
+    import dataclasses
+
+    import numpy as np
+
+    from shardline.trainer.options import RunOptions
+    from shardline.trainer.run import train
+
+    cfg = digits_config(cache_dir=str(tmp_path / "cache"), width=8, epochs=1, batch_size=64)
+    ds = cfg.dataset
+    for i in range(3):
+        publish_version(store, ds, np.arange(i * 300, (i + 1) * 300))
+    seen: list[ExpireResult] = []
+
+    def during(step: int, _batch: object) -> None:
+        if not seen:
+            seen.append(expire(store, ds, keep=1, held=versions_in_use(store, ds.name),
+                               dry_run=True))
+
+    result = train(cfg, store, 2, options=RunOptions(log_every=100, checkpoint_every=1000),
+                   on_batch=during)
+    assert seen[0].expired == [1] and "read by running training" in seen[0].kept[2]
+    assert not list(store.list(layout.leases_prefix(ds.prefix) + "train-"))
+    assert result.promoted and result.dataset_version == 2
+    after = expire(store, ds, keep=1, held=versions_in_use(store, ds.name))
+    assert after.expired == [1] and "trained live model 1" in after.kept[2]
+    assert dataclasses.asdict(after)["latest"] == 3
