@@ -26,7 +26,10 @@ REFUSED_ROWS = 200        # rows of a failed batch the report keeps for `shardli
 _FIX = {
     "missing_label": "give every row a label (or set label_column to the column holding it)",
     "missing_id": "give every row an id (or set id_column to the column holding it)",
-    "duplicate_id": "give each row its own id, or drop the repeated rows",
+    "duplicate_id": "give each row its own id, or drop the repeated rows (to change a "
+                    "published row, upload it under the corrections/ prefix)",
+    "unknown_id": "a correction replaces a published row: check the id, or upload the row "
+                  "outside corrections/ to add it",
     "wrong_shape": "resize the images to [dataset.image] shape, or change shape",
     "undecodable_image": "upload PNG or JPEG bytes (base64 in JSONL/CSV)",
 }

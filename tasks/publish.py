@@ -16,6 +16,9 @@ On a lost race (HTTP 412) the publisher re-reads the latest version: if its batc
 someone published the same uploads and this run returns that version (deleting its own
 copies); otherwise it rebases onto the new latest and tries the next number. Finally the
 claim ledger is written and the staging folder removed.
+
+A batch with corrections (``tasks.corrections``) also masks the parent's rows of its ids
+(deletion vectors, located again on every attempt's parent).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from shardline.core.schema import schema_info
 from shardline.core.store import Store
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
+from shardline.tasks.corrections import batch_ids, has_corrections, with_corrections
 from shardline.tasks.ledger import load_published_ids, write_claim
 from shardline.tasks.validate import ValidationReport
 
@@ -59,6 +63,7 @@ class Published:
     rows_published: int
     rows_quarantined: int
     bytes: int
+    rows_updated: int = 0          # published rows that replaced (corrected) older ones
 
 
 def _entries(store: Store, cfg: DatasetConfig, conv: Converted
@@ -183,6 +188,7 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
     schema, config = schema_info(cfg), config_to_dict(cfg)
     validation = ValidationSummary.from_dict(report.summary(), f"batch {conv.batch.id}")
     copied: list[str] = []
+    fixes = batch_ids(store, conv.ids_key) if has_corrections(cfg, conv.batch) else None
     for attempt in range(max_attempts):
         latest = latest_manifest(store, cfg.prefix)
         done = latest.batch(conv.batch.id) if latest else None
@@ -208,6 +214,8 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
         draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
                               parent=latest, batch=batch, validation=validation,
                               holdout_fraction=_fraction(cfg, batch))
+        if fixes is not None:               # corrections: mask the rows they replace
+            draft = with_corrections(store, draft, latest, fixes, conv.run_id)
         copied += draft.run_objects
         try:
             m = commit_version(store, draft, check=functools.partial(
@@ -233,7 +241,8 @@ def _result(store: Store, cfg: DatasetConfig, m: Manifest, created: bool) -> Pub
                      manifest=store.uri(layout.version_key(cfg.prefix, m.version)),
                      created=created, new_shards=new, quarantine_shards=m.new_quarantine(),
                      rows_published=sum(s.rows for s in new),
-                     rows_quarantined=m.quarantine.rows, bytes=sum(s.bytes for s in new))
+                     rows_quarantined=m.quarantine.rows, bytes=sum(s.bytes for s in new),
+                     rows_updated=m.doc.changes.updated if m.doc.changes else 0)
 
 
 def _drop_staging(store: Store, cfg: DatasetConfig, run_id: str) -> None:

@@ -8,9 +8,12 @@ here, from the registry's own reader.
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shardline.core.errors import StoreError
+from shardline.core.manifest import read_manifest
 from shardline.core.store import Store
 from shardline.trainer.promote import history
 from shardline.trainer.registry import ModelRegistry, moves
@@ -95,4 +98,44 @@ def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
             "metric": primary_text(after),
             "moves": "; ".join(moved.get(n, [])),
         })
+    return out
+
+
+def _change(store: Store, prefix: str, version: int) -> tuple[int, int]:
+    """(rows corrected, rows deleted) by version ``version`` ((0, 0): none, or the document
+    is gone: expired, or in a format not read any more)."""
+    with contextlib.suppress(StoreError):
+        c = read_manifest(store, prefix, version).doc.changes
+        if c is not None:
+            return c.updated, c.deleted
+    return 0, 0
+
+
+def with_changes_seen(store: Store, prefix: str, rows: list[dict[str, Any]]
+                      ) -> list[dict[str, Any]]:
+    """``rows`` (:func:`model_rows`) with the corrections and deletions each model learned:
+    those of the dataset versions after its parent model's version, up to its own
+    (``corrected`` / ``deleted`` rows, and ``changes``: per version, e.g. ``v5: 100
+    corrected``). Reads version documents only."""
+    by_number = {r["model"]: r for r in rows}
+    spans = {}
+    for r in rows:
+        v = r.get("dataset_version")
+        if not isinstance(v, int):
+            continue
+        parent = by_number.get(r.get("parent"), {}).get("dataset_version")
+        spans[r["model"]] = (parent if isinstance(parent, int) else 0, v)
+    wanted = sorted({v for lo, hi in spans.values() for v in range(lo + 1, hi + 1)})
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(wanted)))) as pool:
+        seen = dict(zip(wanted, pool.map(lambda v: _change(store, prefix, v), wanted),
+                        strict=True))
+    out = []
+    for r in rows:
+        lo, hi = spans.get(r["model"], (0, 0))
+        mine = [(v, *seen[v]) for v in range(lo + 1, hi + 1) if seen[v] != (0, 0)]
+        out.append({**r, "corrected": sum(u for _, u, _ in mine),
+                    "deleted": sum(d for _, _, d in mine),
+                    "changes": "; ".join(f"v{v}: " + ", ".join(
+                        x for x in (f"{u} corrected" if u else "", f"{d} deleted" if d else "")
+                        if x) for v, u, d in mine)})
     return out

@@ -4,9 +4,10 @@ what changed between two versions."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from shardline.api.label_diff import LabelChanges
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, read_manifest
 from shardline.core.store import Store
 from shardline.core.version_doc import UnsupportedFormat
@@ -19,6 +20,8 @@ def version_row(m: Manifest) -> dict[str, Any]:
         "version": m.version, "created": m.created_at, "batch": batch.id if batch else None,
         "new_rows": m.new_rows, "rows": m.rows, "shards": m.totals.shards, "bytes": m.bytes,
         "quarantined": m.quarantine.rows,
+        "updated": m.doc.changes.updated if m.doc.changes else 0,
+        "deleted": m.doc.changes.deleted if m.doc.changes else 0,
         "validation": "passed" if validation.success else "failed",
     }
 
@@ -29,6 +32,7 @@ def _row(store: Store, prefix: str, version: int) -> dict[str, Any]:
     except UnsupportedFormat as exc:       # history before `shardline migrate`
         return {"version": version, "created": None, "batch": None, "new_rows": None,
                 "rows": None, "shards": None, "bytes": None, "quarantined": None,
+                "updated": None, "deleted": None,
                 "validation": f"format {exc.found}: not read"}
 
 
@@ -54,6 +58,8 @@ class VersionDiff:
     removed: list[ShardEntry]
     added_batches: list[str]
     removed_batches: list[str]
+    # ids corrected (old and new label) and deleted in between (``api.label_diff``)
+    labels: LabelChanges = field(default_factory=LabelChanges)
 
     @property
     def rows_added(self) -> int:
@@ -69,4 +75,4 @@ class VersionDiff:
                 "rows_removed": self.rows_removed, "added_batches": self.added_batches,
                 "removed_batches": self.removed_batches,
                 "shards_added": [s.path for s in self.added],
-                "shards_removed": [s.path for s in self.removed]}
+                "shards_removed": [s.path for s in self.removed], **self.labels.to_dict()}

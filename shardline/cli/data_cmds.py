@@ -106,14 +106,22 @@ def _excerpt(raw: bytes | None, width: int = 60) -> str:
 
 
 def diff(config: str = ConfigOpt,
-         from_version: int = typer.Argument(..., help="older version"),
+         from_version: int = typer.Argument(None, help="older version (or --from)"),
          to_version: int = typer.Argument(None, help="newer version (default: latest)"),
-         as_json: bool = JsonOpt) -> None:
-    """What changed between two versions: batches and shards added or removed, rows."""
+         from_opt: int = typer.Option(None, "--from", help="older version (default: the "
+                                      "one before --to)"),
+         to_opt: int = typer.Option(None, "--to", help="newer version (default: latest)"),
+         limit: int = LimitOpt, as_json: bool = JsonOpt) -> None:
+    """What changed between two versions: batches and shards added or removed, rows, and
+    the ids corrected (old and new label) or deleted."""
     prepare()
     try:
-        _, old = _open(config, from_version)
-        result = old.diff(to_version if to_version is not None else max(old.versions()))
+        _, new = _open(config, to_opt if to_opt is not None else to_version)
+        older = from_opt if from_opt is not None else from_version
+        if older is None:
+            older = max(new.version - 1, 1)
+        _, old = _open(config, older)
+        result = old.diff(new)
     except ShardlineError as exc:
         fail(exc, as_json)
     if as_json:
@@ -122,7 +130,19 @@ def diff(config: str = ConfigOpt,
     line(f"{result.dataset} v{result.from_version} -> v{result.to_version}: "
          f"+{result.rows_added} rows in {len(result.added)} shard(s) "
          f"({len(result.added_batches)} batch(es)), -{result.rows_removed} rows in "
-         f"{len(result.removed)} shard(s) ({len(result.removed_batches)} batch(es))")
+         f"{len(result.removed)} shard(s) ({len(result.removed_batches)} batch(es)); "
+         f"{len(result.labels.changed)} id(s) corrected, {len(result.labels.deleted)} deleted")
+    changes = [{"id": c["id"], "change": "corrected", "old": c["old"], "new": c["new"]}
+               for c in result.labels.changed]
+    changes += [{"id": d["id"], "change": "deleted", "old": d["old"], "new": ""}
+                for d in result.labels.deleted]
+    if changes:
+        shown = changes if limit == 0 else changes[:limit]
+        rows(shown, title="ids changed", columns=["id", "change", "old", "new"])
+        if len(shown) < len(changes):
+            line(f"... {len(changes) - len(shown)} more (--limit 0 shows all, --json for data)")
+    if not result.labels.complete:
+        line("a compaction in between applied earlier masks: changes before it are not listed")
 
 
 def register(app: typer.Typer) -> None:

@@ -18,7 +18,7 @@ EXAMPLES: dict[str, str] = {
     "train": f"shardline train -c {F} --json",
     "watch": "shardline watch --poll 10",
     "quarantine": f"shardline quarantine -c {F} --limit 20",
-    "diff": f"shardline diff -c {F} 1 2",
+    "diff": f"shardline diff -c {F} --from 1 --to 2",
     "compact": f"shardline compact -c {F} --dry-run",
     "migrate": f"shardline migrate -c {F}",
     "verify": f"shardline verify -c {F} --version 2",

@@ -46,14 +46,15 @@ def models(ctx: typer.Context, config: str | None = OptionalConfig,
            model: str | None = ModelOpt, as_json: bool = JsonOpt) -> None:
     """The model history: every candidate, promoted or refused, with its dataset version,
     held-out accuracy (overall, on the run's new data, on earlier data), the gate's decision
-    and reason, which one is live (promoted: live / earlier / no) and the pointer's moves."""
+    and reason, which one is live (promoted: live / earlier / no), the pointer's moves, and
+    the rows corrected and deleted in the dataset versions each model learned."""
     if ctx.invoked_subcommand is not None:
         return
     if config is None:
         raise typer.BadParameter("--config / -c is required", param_hint="--config")
     prepare()
     from shardline.cli import preflight
-    from shardline.trainer.registry_view import model_history
+    from shardline.trainer.registry_view import model_history, with_changes_seen
 
     try:
         cfg = preflight.config(config)
@@ -61,13 +62,15 @@ def models(ctx: typer.Context, config: str | None = OptionalConfig,
         preflight.s3(store.settings)
         name = model or cfg.train.registry_name
         hist = model_history(store, cfg.dataset.name, name)
+        hist["models"] = with_changes_seen(store, cfg.dataset.prefix, hist["models"])
     except ShardlineError as exc:
         fail(exc, as_json)
     if as_json:
         emit_json({"dataset": cfg.dataset.name, "model": name, **hist})
         return
     cols = ["model", "status", "dataset_version", "parent", "accuracy", "accuracy_new",
-            "accuracy_earlier", "metric", "gate", "promoted", "created", "reason"]
+            "accuracy_earlier", "metric", "gate", "promoted", "corrected", "deleted",
+            "created", "reason"]
     live, pin = hist["live"], hist["pinned"]
     pinned = f", pinned by {pin.get('by')}" if pin else ""
     rows([{**r, "promoted": r["promotion"]} for r in reversed(hist["models"])],

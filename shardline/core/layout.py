@@ -147,6 +147,20 @@ def deletions_index_key(prefix: str, version: int, run_id: str) -> str:
     return f"{prefix}/deletes/index-v{version:06d}-{run_id}.json"
 
 
+# -- corrections ------------------------------------------------------------------------
+CORRECTIONS = "corrections/"
+
+
+def corrections_prefix(incoming: str) -> str:
+    """Uploads under this prefix of the dataset's incoming prefix are corrections: each row
+    replaces the published row with the same id (``tasks.publish``)."""
+    return incoming.rstrip("/") + "/" + CORRECTIONS
+
+
+def is_correction(incoming: str, key: str) -> bool:
+    return key.startswith(corrections_prefix(incoming))
+
+
 # -- ledger, staging, reports --------------------------------------------------------------
 def batches_prefix(prefix: str) -> str:
     return f"{prefix}/batches/"

@@ -60,6 +60,8 @@ RULES = {
     "unparseable_record": "the record could not be parsed",
     "missing_id": "the id column is missing or empty",
     "duplicate_id": "the id was already seen (earlier in this batch or in a published version)",
+    "unknown_id": "a correction (an upload under incoming/<dataset>/corrections/) names an id "
+                  "no published version holds",
     "missing_label": "the label (the target's value) is missing",
     "unknown_label": "the label is neither a class name nor a class index (a multilabel "
                      "entry or a mask pixel likewise)",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -41,12 +41,16 @@ _HASH_ROWS = 1 << 16
 class Duplicate:
     meta_index: int       # index into the ok-rows table
     message: str
+    rule: str = "duplicate_id"      # or "unknown_id": a correction of an unpublished id
 
 
-def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Duplicate]:
+def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray,
+                    correction: np.ndarray | None = None) -> list[Duplicate]:
     """``ok`` has columns id, source_key, source_row (rows that passed the row checks);
     ``published`` is, for each row of ``ok``, whether its id is published (a boolean array,
     from ``ledger.published_in``), or the published ids themselves (small histories).
+    ``correction``: which rows come from corrections (their id must be published: one that
+    is not is ``unknown_id``; a published one is kept, to replace the published row).
 
     Vectorised: the rows are ordered and the repeated ids found with Arrow and numpy (a
     64-bit hash of each id narrows the candidates, equal strings decide), so the driver's
@@ -64,6 +68,9 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
             zero_copy_only=False).astype(bool)
     else:
         in_published = np.zeros(n, bool)
+    fix = np.zeros(n, bool) if correction is None else correction.astype(bool, copy=False)
+    unknown = fix & ~in_published
+    in_published = in_published & ~fix          # a correction of a published id is kept
     order = _key_row_order(ok)
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n)                     # position of each row in (key, row) order
@@ -71,7 +78,7 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
     hashes = np.concatenate([id_hash64(ids_col.slice(i, _HASH_ROWS))     # bounded scratch
                              for i in range(0, n, _HASH_ROWS)])
     _, inverse, counts = np.unique(hashes, return_inverse=True, return_counts=True)
-    candidates = np.flatnonzero((counts[inverse] > 1) | in_published)
+    candidates = np.flatnonzero((counts[inverse] > 1) | in_published | unknown)
     if candidates.size == 0:
         return []
     candidates = candidates[np.argsort(rank[candidates], kind="stable")]
@@ -82,9 +89,15 @@ def find_duplicates(ok: pa.Table, published: pa.Array | np.ndarray) -> list[Dupl
     first: dict[str, int] = {}
     out = []
     for c, (i, rid) in enumerate(zip(candidates.tolist(), ids, strict=True)):
-        if in_published[i]:
+        if unknown[i]:
+            out.append(Duplicate(i, f"{keys[c]} row {rows[c]}: id {rid!r} is not in any "
+                                    "published version, so there is no row to correct; check "
+                                    "the id, or upload the row outside corrections/ to add it",
+                                 "unknown_id"))
+        elif in_published[i]:
             out.append(Duplicate(i, f"{keys[c]} row {rows[c]}: id {rid!r} is already in a "
-                                    "published version; give the row a new id to add it"))
+                                    "published version; give the row a new id to add it, or "
+                                    "upload it under corrections/ to replace that row"))
         elif rid in first:
             j = first[rid]
             out.append(Duplicate(i, f"{keys[c]} row {rows[c]}: id {rid!r} already appears at "
@@ -122,6 +135,7 @@ class Deduped:
     dropped: dict[str, np.ndarray]
     ids_key: str
     ids: int                         # ids in the id file (rows to publish)
+    by_rule: dict[str, int] = field(default_factory=dict)   # rows dropped, per rule
 
     @property
     def count(self) -> int:
@@ -141,6 +155,7 @@ def dedupe_batch(store: Store, cfg: DatasetConfig, run_id: str, files: list[RowF
     dropped: dict[str, list[np.ndarray]] = {}
     quarantine: list[WrittenShard] = []
     n_ids = 0
+    by_rule: dict[str, int] = {}
     schema = IDS_SCHEMA.with_metadata({BUCKETS_KEY: str(ID_BUCKETS).encode(),
                                        b"hash": b"xxh3_64"})
     with tempfile.TemporaryDirectory(prefix="shardline-ids-") as tmp:
@@ -151,7 +166,9 @@ def dedupe_batch(store: Store, cfg: DatasetConfig, run_id: str, files: list[RowF
                                              columns=_DEDUPE_COLUMNS, passed_only=True)
                 mask = published_mask(store, published_paths, ok.column("id"),
                                        whole=None if whole else False, buckets=bucket_of)
-                dups = find_duplicates(ok, mask)
+                dups = find_duplicates(ok, mask, _corrections(cfg, ok))
+                for d in dups:
+                    by_rule[d.rule] = by_rule.get(d.rule, 0) + 1
                 keep = np.ones(ok.num_rows, bool)
                 if dups:
                     idx = np.array([d.meta_index for d in dups], np.int64)
@@ -173,7 +190,15 @@ def dedupe_batch(store: Store, cfg: DatasetConfig, run_id: str, files: list[RowF
     if drop:
         log.info("quarantined %d duplicate id(s); rewrote %d staged shard(s)",
                  sum(len(v) for v in drop.values()), len(drop))
-    return Deduped(data, quarantine, drop, ids_key, n_ids)
+    return Deduped(data, quarantine, drop, ids_key, n_ids, by_rule)
+
+
+def _corrections(cfg: DatasetConfig, ok: pa.Table) -> np.ndarray | None:
+    """Which rows of ``ok`` come from corrections (None: no row does)."""
+    keys = pc.cast(ok.column("source_key"), pa.string())
+    hit = pc.starts_with(keys, pattern=layout.corrections_prefix(cfg.incoming))
+    out = hit.to_numpy(zero_copy_only=False).astype(bool)
+    return out if out.any() else None
 
 
 _DEDUPE_COLUMNS = ["id", "label", "source_key", "source_row", "shard", "shard_row"]
@@ -191,7 +216,7 @@ def _quarantine_dups(store: Store, cfg: DatasetConfig, run_id: str, ok: pa.Table
     pick = ok.take(pa.array([d.meta_index for d in dups], pa.int64())).to_pylist()
     qrows = [dict(source_key=r["source_key"], source_row=r["source_row"], id=r["id"],
                   label=cfg.classes[r["label"]] if r["label"] is not None else None,
-                  rule="duplicate_id", message=d.message) for r, d in zip(pick, dups, strict=True)]
+                  rule=d.rule, message=d.message) for r, d in zip(pick, dups, strict=True)]
     key = layout.staged_duplicates_key(cfg.prefix, run_id)
     if chunk:
         key = key.removesuffix(".arrow") + f"-{chunk:03d}.arrow"

@@ -115,8 +115,8 @@ def assemble(store: Store, cfg: DatasetConfig, batch: Batch, run_id: str,
     done = dedupe_batch(store, cfg, run_id, files,
                         [b.ids_path for b in latest.batches] if latest else [], data,
                         staged_ids_key(stage))
-    if done.count:
-        by_rule["duplicate_id"] = by_rule.get("duplicate_id", 0) + done.count
+    for rule, n in done.by_rule.items():
+        by_rule[rule] = by_rule.get(rule, 0) + n
     conv = Converted(batch, run_id, latest.version if latest else None, done.data,
                      quarantine + done.quarantine, files, store,
                      sum(f.rows for f in files), dict(sorted(by_rule.items())), done.ids_key,

@@ -1,0 +1,54 @@
+"""Corrections: uploads under ``<incoming>corrections/`` replace the published rows with the
+same ids (Delta Lake's ``MERGE ... WHEN MATCHED UPDATE``, as a new version).
+
+A correction upload goes through ingest like any other (detect, convert, validate): its
+rows become a new batch, so the trainer sees them as new data. Two things differ:
+
+- the duplicate check (``tasks.convert.dedupe``) keeps a correction row whose id is
+  published (any other row with a published id is ``duplicate_id``) and quarantines one
+  whose id is not as ``unknown_id``: every row still ends exactly once;
+- publish (``tasks.publish``) masks the rows being replaced: it locates the batch's ids in
+  the parent version (``tasks.locate``: the id index, then only the touched batches'
+  shards) and adds a deletion vector per touched shard (``core.change.add_masks``); the
+  document records ``changes: {kind: correct, updated: N}``. A lost race locates again on
+  the new latest version.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from shardline.core import layout
+from shardline.core.builder import VersionDraft
+from shardline.core.change import add_masks
+from shardline.core.config import DatasetConfig
+from shardline.core.deletions import ChangeSummary
+from shardline.core.manifest import Manifest
+from shardline.core.store import Store
+from shardline.tasks.batch import Batch
+from shardline.tasks.locate import locate
+
+
+def has_corrections(cfg: DatasetConfig, batch: Batch) -> bool:
+    return any(layout.is_correction(cfg.incoming, s.key) for s in batch.sources)
+
+
+def batch_ids(store: Store, ids_key: str) -> pa.Array:
+    """Every id of a batch's id file (``tasks.id_index`` format)."""
+    table = ipc.open_file(pa.py_buffer(store.get_bytes(ids_key))).read_all()
+    return table.column("id").combine_chunks()
+
+
+def with_corrections(store: Store, draft: VersionDraft, parent: Manifest | None,
+                     ids: pa.Array, run: str) -> VersionDraft:
+    """``draft`` (adding a batch holding corrections) with the parent's live rows of the
+    batch's ids masked. The batch's other ids are new (the duplicate check refused any
+    other published id), so every row found is a row being replaced."""
+    if parent is None or not len(ids):
+        return draft
+    found = locate(store, parent, ids)
+    if not found.masked:
+        return draft
+    return add_masks(draft, parent, found.masked, run,
+                     ChangeSummary(kind="correct", updated=found.rows))
