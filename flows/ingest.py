@@ -40,6 +40,7 @@ from shardline.flows.ingest_tasks import (
 from shardline.flows.quarantine_view import quarantine_source
 from shardline.flows.runs import label_run, mark_failed, short_id, start_run
 from shardline.flows.settings import spark_settings, store_settings
+from shardline.tasks.detect import Scope, resolve_scope, settle_scope
 from shardline.tasks.driver import Policy, run_ingest
 from shardline.tasks.driver_stages import Ingested, Stages, plain, summarise
 from shardline.tasks.settle import Settled, wait_until_quiet
@@ -58,16 +59,17 @@ def _run_id() -> str:
 
 
 @task(name="settle")
-def settle_stage(store: Any, prefix: str, quiet_s: float) -> Settled:
+def settle_stage(store: Any, prefix: str, quiet_s: float, start_after: str | None = None
+                 ) -> Settled:
     """Wait for an upload burst to end (the driver goes on to detect if this fails)."""
-    got = wait_until_quiet(ObjectStore(store), prefix, quiet_s)
+    got = wait_until_quiet(ObjectStore(store), prefix, quiet_s, start_after=start_after)
     get_run_logger().info("settle: waited %.2fs for %.1fs without uploads under %s (%s)",
                           got.waited_s, quiet_s, prefix, got)
     return got
 
 
 def _stages(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
-            document: dict[str, Any], progress: uuid.UUID) -> Stages:
+            document: dict[str, Any], progress: uuid.UUID, scope: Scope) -> Stages:
     """The driver's stages as this flow's Prefect tasks, and its reporting: the progress
     artifact, the event and the artifacts of each published batch, the artifacts of a
     rejected one."""
@@ -92,10 +94,14 @@ def _stages(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
                                  done.batch.id, pub.version, done.conv.quarantine_examples(),
                                  quarantine_source(cfg, store, pub.quarantine_shards))
 
+    def settle(quiet_s: float) -> Settled | None:
+        where = settle_scope(ObjectStore(store), cfg, scope)
+        return None if where is None else settle_stage(store, where[0], quiet_s, where[1])
+
     return dataclasses.replace(
         plain(ObjectStore(store), cfg, spark),          # the strikes: plain store writes
-        settle=lambda quiet_s: settle_stage(store, cfg.incoming, quiet_s),
-        detect=lambda: detect_stage(cfg, store),
+        settle=settle,
+        detect=lambda: detect_stage(cfg, store, scope),
         convert=lambda batch, pass_id: convert_stage(cfg, store, spark, batch, pass_id),
         validate=lambda conv: validate_stage(cfg, store, conv),
         publish=lambda conv, report: publish_stage(cfg, store, conv, report),
@@ -106,12 +112,15 @@ def _stages(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
 
 @flow(name="ingest", flow_run_name=_run_name, log_prints=True, on_failure=[mark_failed],
       on_crashed=[mark_failed])
-def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str, Any]:
+def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0, events: bool = False,
+           keys: list[str] | None = None, full: bool = False) -> dict[str, Any]:
     """Ingest what is new under the dataset's incoming prefix; returns an IngestResult dict.
 
-    ``quiet_seconds`` > 0 (the upload-triggered deployment) first waits until nothing under
-    the prefix was written for that long, so a burst of uploads becomes one version
-    (``tasks/settle.py``)."""
+    ``quiet_seconds`` > 0 (the upload-triggered deployment) first waits until no upload
+    landed for that long, so a burst of uploads becomes one version (``tasks/settle.py``).
+    What detect looks at (``tasks.detect.Scope``): ``events`` (the upload-triggered
+    deployment) the pending upload keys its events recorded, no listing of incoming/;
+    ``keys`` exactly these; otherwise a reconciling listing, in full with ``full``."""
     log = get_run_logger()
     config_, document = load_with_document(config)   # the event carries the document
     cfg = config_.dataset
@@ -122,7 +131,9 @@ def ingest(config: str | dict[str, Any], quiet_seconds: float = 0.0) -> dict[str
                                         description=f"ingest of {cfg.name}")
     if not isinstance(progress, uuid.UUID):   # a coroutine only for an async caller
         raise TypeError(f"create_progress_artifact returned {type(progress).__name__}")
-    stages = _stages(cfg, store, spark, document, progress)
+    scope = resolve_scope(ObjectStore(store), cfg,
+                          Scope(events=events, keys=tuple(keys or ()), full=full))
+    stages = _stages(cfg, store, spark, document, progress, scope)
     done = run_ingest(stages, run_id, Policy(quiet_s=quiet_seconds), log)
     result = summarise(cfg.name, done, f"s3://{store.bucket}/{cfg.incoming}")
     if result.version is None:

@@ -19,6 +19,7 @@ from shardline.core.manifest import Manifest, recent_manifests
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.converted import Converted
+from shardline.tasks.detect import Scope, detect
 from shardline.tasks.driver_stages import plain
 from shardline.tasks.publish import Published
 from shardline.tasks.sweep import SweepResult
@@ -54,8 +55,9 @@ def sweep_stage(cfg: DatasetConfig, store: StoreSettings, run_id: str) -> SweepR
 
 
 @stage_task("detect")
-def detect_stage(cfg: DatasetConfig, store: StoreSettings) -> Batch | None:
-    batch = plain(ObjectStore(store), cfg).detect()
+def detect_stage(cfg: DatasetConfig, store: StoreSettings, scope: Scope = Scope()
+                 ) -> Batch | None:
+    batch = detect(ObjectStore(store), cfg, scope)
     log = get_run_logger()
     if batch is None:
         log.info("nothing new under s3://%s/%s", store.bucket, cfg.incoming)

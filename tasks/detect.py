@@ -8,6 +8,11 @@ What was already ingested is read from the claim ledger (``tasks.ledger``). Sour
 failed a batch are narrowed down by bisection and set aside (``tasks.setaside``): sources
 with no strike go first in a batch of their own, so a failed upload never blocks later ones.
 The core of it, :func:`new_sources`, is a pure function of (listing, claimed, strikes).
+
+What is looked at depends on the run's :class:`Scope` (docs/design.md, "Detect in O(new)"):
+an upload-triggered run HEADs exactly the keys its events recorded (``tasks.pending``) and
+lists nothing under ``incoming/``; a reconciling run lists ``incoming/``, from a high-water
+mark where the layout allows it and in full on a slower schedule (``tasks.listing``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,17 @@ import dataclasses
 import hashlib
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
 
+from shardline.core import layout
 from shardline.core.config import DatasetConfig
+from shardline.core.errors import ConfigError
 from shardline.core.store import ObjectInfo, Store
+from shardline.tasks import listing, pending
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
+from shardline.tasks.lease import store_now
 from shardline.tasks.ledger import claimed_as_of
 from shardline.tasks.setaside import Strikes, next_sources
 
@@ -60,9 +71,93 @@ def new_sources(sources: Iterable[Source], claimed: set[tuple[str, str]],
     return Batch(batch_id(fresh), fresh) if fresh else None
 
 
-def detect(store: Store, cfg: DatasetConfig) -> Batch | None:
-    """List ``cfg.incoming`` and return the batch of new sources, or ``None``."""
-    sources = group_sources(store.list(cfg.incoming))
+@dataclass(frozen=True)
+class Scope:
+    """What one run's detects look at. ``events``: the pending upload keys the event
+    bridges recorded (``tasks.pending``); ``keys``: exactly these keys; neither: reconcile
+    by listing ``incoming/`` (``full``: all of it, whatever the schedule)."""
+
+    events: bool = False
+    keys: tuple[str, ...] = ()
+    full: bool = False
+
+    @property
+    def reconciling(self) -> bool:
+        return not (self.events or self.keys)
+
+
+def resolve_scope(store: Store, cfg: DatasetConfig, scope: Scope) -> Scope:
+    """The scope a run starts with: an event run that finds no pending keys (events posted
+    by a bridge that records none, or all ingested already) reconciles instead."""
+    if scope.events and not scope.keys and not pending.markers(store, cfg.incoming):
+        log.info("no pending upload keys under s3://%s/%s; reconciling by listing",
+                 store.bucket, layout.pending_prefix(cfg.incoming))
+        return Scope(full=scope.full)
+    return scope
+
+
+def settle_scope(store: Store, cfg: DatasetConfig, scope: Scope
+                 ) -> tuple[str, str | None] | None:
+    """(prefix, start after) that settle watches for ``scope``: the pending keys of an
+    event run, the listed part of ``incoming/`` of a reconciling one; None for given keys
+    (nothing to wait for)."""
+    if scope.keys:
+        return None
+    if scope.events:
+        return layout.pending_prefix(cfg.incoming), None
+    if not cfg.incremental_listing or scope.full:
+        return cfg.incoming, None
+    state = listing.read_state(store, cfg.prefix)
+    return cfg.incoming, state.start_after if state is not None else None
+
+
+def keyed_sources(store: Store, cfg: DatasetConfig, keys: Iterable[str]) -> list[Source]:
+    """The sources of exactly ``keys``: a HEAD each, a listing of each Zarr group named.
+
+    Raises:
+        ConfigError: a key is not under the dataset's incoming prefix.
+    """
+    wanted = set(keys)
+    outside = sorted(k for k in wanted if not k.startswith(cfg.incoming))
+    if outside:
+        raise ConfigError(f"key {outside[0]!r} is not under dataset {cfg.name}'s incoming "
+                          f"prefix {cfg.incoming!r}; pass keys under it")
+    roots = {r[0] for k in wanted if (r := group_root(k)) is not None}
+    infos = pending.head_all(store, (k for k in wanted if group_root(k) is None))
+    for root in sorted(roots):
+        infos.extend(store.list(root))
+    return group_sources(infos)
+
+
+Recorded = tuple[listing.ListingState | None, listing.ListingState]   # (as read, as listed)
+
+
+def listed_sources(store: Store, cfg: DatasetConfig, full: bool
+                   ) -> tuple[list[Source], Recorded | None]:
+    """A reconciling listing (``tasks.listing``); returns the sources and, for an
+    incremental layout, the state read and the one to record once the sources are judged."""
+    if not cfg.incremental_listing:
+        return group_sources(store.list(cfg.incoming)), None
+    every = timedelta(hours=cfg.full_listing_every_hours)
+    state = listing.read_state(store, cfg.prefix)
+    now = store_now(store, cfg.prefix) if state is not None and state.full_at else None
+    plan = listing.plan_listing(state, cfg.incremental_listing, every, now, full)
+    log.info("listing s3://%s/%s: %s", store.bucket, cfg.incoming, plan.why)
+    sources = group_sources(store.list(cfg.incoming, plan.start_after))
+    full_at = (now or store_now(store, cfg.prefix)) if plan.full else \
+        (state.full_at if state else None)
+    return sources, (state, listing.ListingState(plan.start_after, full_at))
+
+
+def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | None:
+    """The batch of new sources in ``scope`` (by default: list ``cfg.incoming``), or
+    ``None``. An event scope deletes the pending keys it finds resolved."""
+    marks = pending.markers(store, cfg.incoming) if scope.events else {}
+    state: Recorded | None = None
+    if scope.reconciling:
+        sources, state = listed_sources(store, cfg, scope.full)
+    else:
+        sources = keyed_sources(store, cfg, {*scope.keys, *marks})
     strikes = Strikes.read(store, cfg)
     aside = strikes.aside()
     listed = {(s.key, s.etag) for s in sources}
@@ -71,13 +166,39 @@ def detect(store: Store, cfg: DatasetConfig) -> Batch | None:
             log.warning("s3://%s/%s (ETag %s) is set aside: %s; upload it again (fixed) to "
                         "retry it", store.bucket, key, etag, why[:300])
     claimed, seen = claimed_as_of(store, cfg)
-    batch = new_sources(sources, claimed | set(aside), strikes)
+    done = claimed | set(aside)
+    batch = new_sources(sources, done, strikes)
     if batch is not None:
         batch = dataclasses.replace(batch, seen_version=seen)
-    if batch is None:
-        log.info("nothing new under s3://%s/%s (%d sources, all ingested)",
-                 store.bucket, cfg.incoming, len(sources))
-    else:
-        log.info("batch %s: %d new source(s), %d bytes, of %d under s3://%s/%s", batch.id,
-                 len(batch.sources), batch.bytes, len(sources), store.bucket, cfg.incoming)
+    if marks:
+        by_key = {s.key: (s.key, s.etag) for s in sources}
+        source_of = {k: src for k in marks
+                     if (src := by_key.get((group_root(k) or (k, ""))[0])) is not None}
+        pending.consume(store, pending.resolved(marks, source_of, done))
+    if state is not None:
+        _record_listing(store, cfg, sources, done, state)
+    _log_outcome(store, cfg, batch, len(sources), scope)
     return batch
+
+
+def _record_listing(store: Store, cfg: DatasetConfig, sources: list[Source],
+                    done: set[tuple[str, str]], state: Recorded) -> None:
+    """Move the high-water mark (``tasks.listing.next_start_after``) if it changed."""
+    before, listed = state
+    nxt = listing.next_start_after(cfg.incoming, [s.key for s in sources],
+                                   [s.key for s in sources if (s.key, s.etag) not in done],
+                                   listed.start_after)
+    new = listing.ListingState(nxt, listed.full_at)
+    if new != before:
+        listing.write_state(store, cfg.prefix, new)
+
+
+def _log_outcome(store: Store, cfg: DatasetConfig, batch: Batch | None, n: int,
+                 scope: Scope) -> None:
+    where = (f"s3://{store.bucket}/{cfg.incoming}" if scope.reconciling else
+             f"the {n} pending/given key(s) under s3://{store.bucket}/{cfg.incoming}")
+    if batch is None:
+        log.info("nothing new in %s (%d sources, all ingested)", where, n)
+    else:
+        log.info("batch %s: %d new source(s), %d bytes, of %d in %s", batch.id,
+                 len(batch.sources), batch.bytes, n, where)

@@ -17,7 +17,7 @@ from shardline.tasks import setaside
 from shardline.tasks.batch import Batch
 from shardline.tasks.convert.converted import Converted
 from shardline.tasks.convert.stage import convert
-from shardline.tasks.detect import detect
+from shardline.tasks.detect import Scope, detect, resolve_scope, settle_scope
 from shardline.tasks.lease import heartbeat, release
 from shardline.tasks.publish import Published, publish
 from shardline.tasks.settle import Settled, wait_until_quiet
@@ -60,11 +60,25 @@ class Stages:
 
 
 def plain(store: Store, cfg: DatasetConfig, spark: SparkSettings | None = None, *,
-          latest: Callable[[], Manifest | None] | None = None, **convert_options: Any
-          ) -> Stages:
+          latest: Callable[[], Manifest | None] | None = None, scope: Scope = Scope(),
+          **convert_options: Any) -> Stages:
     """The tasks' functions on ``store``. ``spark``: the environment's by default;
-    ``latest``: the version convert starts from (default: read it then);
-    ``convert_options``: ``tasks``, ``min_task_bytes``."""
+    ``latest``: the version convert starts from (default: read it then); ``scope``: what
+    detect looks at (default: reconcile by listing; an event scope without pending keys
+    reconciles, decided at the run's first detect or settle); ``convert_options``:
+    ``tasks``, ``min_task_bytes``."""
+    resolved: list[Scope] = []
+
+    def scope_() -> Scope:
+        if not resolved:
+            resolved.append(resolve_scope(store, cfg, scope))
+        return resolved[0]
+
+    def settle(quiet_s: float) -> Settled | None:
+        where = settle_scope(store, cfg, scope_())
+        return None if where is None else wait_until_quiet(store, where[0], quiet_s,
+                                                           start_after=where[1])
+
     def convert_(batch: Batch, run_id: str) -> Converted:
         base = latest() if latest else latest_manifest(store, cfg.prefix)
         return convert(store, cfg, spark or SparkSettings.from_env(), batch, run_id, base,
@@ -76,13 +90,13 @@ def plain(store: Store, cfg: DatasetConfig, spark: SparkSettings | None = None, 
                                            report.failure_message())
 
     return Stages(
-        detect=lambda: detect(store, cfg), convert=convert_,
+        detect=lambda: detect(store, cfg, scope_()), convert=convert_,
         validate=lambda conv: validate(store, cfg, conv),
         publish=lambda conv, report: publish(store, cfg, conv, report),
         strike_convert=lambda batch, run_id, exc: setaside.record_conversion_failure(
             store, cfg, batch, run_id, exc),
         strike_validate=strike_validate,
-        settle=lambda quiet_s: wait_until_quiet(store, cfg.incoming, quiet_s),
+        settle=settle,
         sweep=lambda run_id: sweep(store, cfg, keep_run=run_id, full=False),
         lease=lambda run_id: heartbeat(store, cfg.prefix, run_id),
         unlease=lambda run_id: release(store, cfg.prefix, run_id))

@@ -11,6 +11,10 @@ S3 listings give ``LastModified`` in whole seconds (truncated), so an object lis
 ``t`` was written in ``[t, t + 1)``: the quiet period counts from ``t + 1``. ``max_wait_s``
 bounds the wait when uploads never pause; the run then ingests what is there, and the
 rest is the next run's.
+
+What it lists follows the run's detect (``tasks.detect.settle_scope``): an upload-triggered
+run watches the pending upload keys the event bridges write (never ``incoming/``), a
+reconciling run the part of ``incoming/`` its listing covers.
 """
 
 from __future__ import annotations
@@ -32,26 +36,30 @@ class Settled:
     gave_up: bool = False
 
 
-def newest_age(store: Store, prefix: str, now: float) -> float | None:
-    """Seconds since the newest object under ``prefix`` was written, at the latest it can
-    have been (None when there is none)."""
-    newest = max((o.last_modified.timestamp() for o in store.list(prefix)), default=None)
+def newest_age(store: Store, prefix: str, now: float, start_after: str | None = None
+               ) -> float | None:
+    """Seconds since the newest object under ``prefix`` (after ``start_after``) was
+    written, at the latest it can have been (None when there is none)."""
+    newest = max((o.last_modified.timestamp() for o in store.list(prefix, start_after)),
+                 default=None)
     return None if newest is None else now - (newest + LISTING_RESOLUTION_S)
 
 
 def wait_until_quiet(store: Store, prefix: str, quiet_s: float,
                      max_wait_s: float = 60.0, poll_s: float = 0.25,
                      clock: Callable[[], float] = time.time,
-                     sleep: Callable[[float], None] = time.sleep) -> Settled:
-    """Block until nothing under ``prefix`` was written in the last ``quiet_s`` seconds, or
-    ``max_wait_s`` passed. ``quiet_s`` <= 0 returns at once without listing."""
+                     sleep: Callable[[float], None] = time.sleep,
+                     start_after: str | None = None) -> Settled:
+    """Block until nothing under ``prefix`` (after ``start_after``) was written in the last
+    ``quiet_s`` seconds, or ``max_wait_s`` passed. ``quiet_s`` <= 0 returns at once without
+    listing."""
     if quiet_s <= 0:
         return Settled(0.0, 0, None)
     start = clock()
     listings = 0
     while True:
         now = clock()
-        age = newest_age(store, prefix, now)
+        age = newest_age(store, prefix, now, start_after)
         listings += 1
         if age is None or age >= quiet_s:
             return Settled(now - start, listings, age)

@@ -19,21 +19,32 @@ must still start its deployment. Everything else is a function of the object ver
 :class:`EventSink` posts batches with bounded retries (connection errors, 408/429/5xx) and
 no Prefect client: ``POST {api}/events`` with a JSON list answers 204. A 4xx other than
 408/429 means the events themselves were refused and is not retried.
+
+With a ``pending`` store, the sink first records each upload of that store's bucket as a
+pending key (``events/pending/<key>/<ETag>``, ``core.layout.pending_key``) and only then
+posts its event: the ingest the event triggers reads exactly those keys instead of listing
+``incoming/`` (``tasks.pending``). A failed record fails the post like a refused event, so
+the bridge delivers it again (SQS keeps the message, the webhook answers 502, the poller
+keeps its cursor): nothing is lost, and a lost event is found by the next reconciling run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from shardline.core.errors import ShardlineError
+from shardline.core import layout
+from shardline.core.errors import ShardlineError, StoreError
+from shardline.core.store_api import Store
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +107,21 @@ class ObjectCreated:
         }
 
 
+def pending_store() -> Store | None:
+    """The store the bridges record pending upload keys in (``SHARDLINE_BUCKET``,
+    ``SHARDLINE_S3_ENDPOINT_URL``, ``AWS_*``); None, with a warning, when it is not set."""
+    from shardline.core.config import StoreSettings
+    from shardline.core.errors import ConfigError
+    from shardline.core.store import ObjectStore
+
+    try:
+        return ObjectStore(StoreSettings.from_env())
+    except ConfigError as exc:
+        log.warning("upload keys are not recorded as pending (%s): triggered ingests will "
+                    "list incoming/ instead", exc)
+        return None
+
+
 class EventSink:
     """Posts events to ``{api_url}/events`` with bounded retries.
 
@@ -104,10 +130,14 @@ class EventSink:
         api_key: sent as ``Authorization: Bearer`` (Prefect Cloud, or a proxy in front).
         attempts: tries per batch (1 = no retry); waits ``backoff_s * 2**n`` between tries.
         batch_size: events per request.
+        pending: where uploads of its bucket are recorded as pending keys before their
+            events are posted (None: not recorded; the triggered ingest then reconciles).
     """
 
     def __init__(self, api_url: str, *, api_key: str | None = None, attempts: int = 4,
-                 backoff_s: float = 0.5, timeout_s: float = 60.0, batch_size: int = 200) -> None:
+                 backoff_s: float = 0.5, timeout_s: float = 60.0, batch_size: int = 200,
+                 pending: Store | None = None) -> None:
+        self.pending = pending
         if not api_url.startswith(("http://", "https://")):
             raise ShardlineError(f"Prefect API URL must start with http:// or https://, got "
                                  f"{api_url!r}; set PREFECT_API_URL (e.g. "
@@ -139,6 +169,7 @@ class EventSink:
         for start in range(0, len(events), self.batch_size):
             chunk = events[start:start + self.batch_size]
             try:
+                self.record_pending(chunk)
                 self._post_batch([e.to_event(now) for e in chunk])
             except EventPostError as exc:
                 raise EventPostError(str(exc), accepted=start) from exc
@@ -146,6 +177,31 @@ class EventSink:
             log.info("accepted %d event(s): %s", len(events),
                      ", ".join(e.resource_id for e in events[:5])
                      + (" ..." if len(events) > 5 else ""))
+
+    def record_pending(self, events: Sequence[ObjectCreated]) -> None:
+        """Write the pending-key marker of each upload to the ``pending`` store's bucket.
+
+        Raises:
+            EventPostError: a marker could not be written (the events are not posted).
+        """
+        store = self.pending
+        if store is None:
+            return
+        mine = [e for e in events if e.bucket == store.bucket and is_upload(e.key)
+                and not e.key.startswith(layout.PENDING_ROOT)]
+
+        def put(e: ObjectCreated) -> None:
+            body = json.dumps({"bucket": e.bucket, "key": e.key, "etag": e.etag,
+                               "size": e.size}).encode()
+            store.put_bytes(layout.pending_key(e.key, e.etag), body,
+                            content_type="application/json")
+        try:
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(put, mine))
+        except StoreError as exc:
+            raise EventPostError(f"recording the pending upload keys in s3://{store.bucket}/"
+                                 f"{layout.PENDING_ROOT} failed ({exc}); the events were not "
+                                 "posted and will be sent again") from exc
 
     def _post_batch(self, docs: list[dict[str, Any]]) -> None:
         problem = ""

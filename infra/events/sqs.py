@@ -30,7 +30,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from shardline.core.errors import ShardlineError
-from shardline.infra.events.model import EventPostError, EventSink, ObjectCreated
+from shardline.infra.events.model import EventPostError, EventSink, ObjectCreated, pending_store
 from shardline.infra.events.notifications import NotificationError, parse_notification
 from shardline.infra.events.stopping import Interrupted, Stopper
 
@@ -194,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         client = sqs_client(args.queue_url)
         check_queue(client, args.queue_url)
-        with EventSink(api_url, api_key=os.environ.get("PREFECT_API_KEY")) as sink, \
+        with EventSink(api_url, api_key=os.environ.get("PREFECT_API_KEY"),
+                       pending=pending_store()) as sink, \
                 Stopper().installed() as stopper:
             if args.ready_file:
                 args.ready_file.write_text(str(os.getpid()))

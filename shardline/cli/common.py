@@ -83,7 +83,7 @@ def prepare() -> None:
     use_stack_env()
 
 
-def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
+def run_ingest(config: str, quiet: bool = False, full: bool = False) -> dict[str, Any]:
     """Run the ingest flow once (used by ``ingest`` and ``demo``)."""
     from shardline.flows.ingest import ingest as ingest_flow
 
@@ -92,7 +92,7 @@ def run_ingest(config: str, quiet: bool = False) -> dict[str, Any]:
                     spinner="dots") as status, _run_logs_off_console(status):
         if quiet:
             logging.getLogger("prefect").setLevel(logging.WARNING)
-        return dict(ingest_flow(config=str(config)))
+        return dict(ingest_flow(config=str(config), full=full))
 
 
 # Warnings of our own code during the last CLI ingest (kept off the console while it runs).

@@ -84,12 +84,15 @@ def _root(
 
 
 @app.command()
-def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
+def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt,
+           full: bool = typer.Option(False, "--full", help="list all of the incoming prefix "
+                                     "(a dataset with incremental_listing otherwise lists "
+                                     "from the newest partition it knows)")) -> None:
     """Ingest what is new under the dataset's incoming prefix (one Prefect flow run)."""
     prepare()
     try:
         check_ingest(config)
-        result = run_ingest(config)
+        result = run_ingest(config, full=full)
     except ValidationFailed as exc:   # the line names the mistakes; the rows are one command away
         aside = len({m.group(1) for w in RUN_WARNINGS
                      if (m := re.search(r"(s3://\S+) \(ETag \S+\) is set aside", w))})

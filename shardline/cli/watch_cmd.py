@@ -19,7 +19,7 @@ from typing import Any
 import typer
 
 from shardline.core.errors import ShardlineError
-from shardline.infra.events.model import EventSink
+from shardline.infra.events.model import EventSink, pending_store
 from shardline.infra.events.stopping import Stopper
 
 SqsOpt = typer.Option(None, "--sqs", metavar="QUEUE_URL",
@@ -54,7 +54,7 @@ def _sink(api_url: str | None) -> EventSink:
         raise ShardlineError("no Prefect server to post events to: PREFECT_API_URL is not set "
                              "and no stack is up; run `shardline up`, or pass --api-url / "
                              "export PREFECT_API_URL=http://HOST:4200/api")
-    return EventSink(url, api_key=os.environ.get("PREFECT_API_KEY"))
+    return EventSink(url, api_key=os.environ.get("PREFECT_API_KEY"), pending=pending_store())
 
 
 def _watch_sqs(queue_url: str, sink: EventSink, stopper: Stopper, wait_s: int,
@@ -96,6 +96,7 @@ def _watch_poll(sink: EventSink, stopper: Stopper, interval_s: float, prefix: st
     if bucket:
         settings = dataclasses.replace(settings, bucket=bucket)
     store = ObjectStore(settings)
+    sink.pending = store          # the polled bucket's uploads are the pending keys
     path = cursor or default_cursor_path(resolve_home(home), store.bucket, prefix)
     logging.getLogger(__name__).info("polling s3://%s/%s every %ss (cursor %s) -> %s",
                                      store.bucket, prefix, interval_s, path, sink.url)

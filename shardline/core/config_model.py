@@ -132,6 +132,12 @@ class DatasetConfig:
     # Staging folders and unreferenced shards older than this (by the store's clock, and
     # of no running ingest) are swept by later runs; three days, at least one.
     sweep_after_minutes: Float = Field(default=SWEEP_DEFAULT_MINUTES)
+    # Reconciling ingests (the schedule, `shardline ingest`) list incoming/ from the newest
+    # partition they know (S3 StartAfter) when upload keys sort in upload order by their
+    # first path segment below `incoming` (dates, sequence numbers); a full listing every
+    # `full_listing_every_hours` (by the store's clock) or with `shardline ingest --full`.
+    incremental_listing: Bool = False
+    full_listing_every_hours: Float = Field(default=168.0, gt=0)
     # Shards a compaction replaced stay this long after it, for readers (a training run, a
     # loader) of the versions before it.
     retain_replaced_minutes: Float = Field(default=1440.0, gt=0)

@@ -74,10 +74,10 @@ class CountingStore(JsonMethods):
     def fsspec_url(self, key: str) -> tuple[str, dict[str, Any]]:
         return self.inner.fsspec_url(key)       # fsspec's own requests are not counted
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         n = 0
         try:
-            for o in self.inner.list(prefix):
+            for o in self.inner.list(prefix, start_after):
                 n += 1
                 self.counts.add("list_entries", o.key)
                 yield o

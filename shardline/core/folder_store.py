@@ -91,7 +91,7 @@ class FolderStore(JsonMethods):
             yield             # closing the file releases the lock
 
     # -- reads ------------------------------------------------------------------------
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
         base = self._path(prefix, prefix=True)
         keys = []
         for folder, dirs, files in os.walk(base):
@@ -99,7 +99,9 @@ class FolderStore(JsonMethods):
                 dirs.remove(_PRIVATE)
             rel = Path(folder).relative_to(self.root).as_posix()
             keys += [n if rel == "." else f"{rel}/{n}" for n in files]
-        for key in sorted(k for k in keys if k.startswith(prefix)):
+        after = (start_after or "").encode()     # S3 orders keys by their UTF-8 bytes
+        for key in sorted((k for k in keys if k.startswith(prefix) and k.encode() > after),
+                          key=str.encode):
             info = self.head(key)
             if info is not None:          # deleted since the walk: S3 would not list it
                 yield info

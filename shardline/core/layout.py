@@ -23,6 +23,9 @@
     <prefix>/batches/<id>.json                       ledger: a batch's sources and version
     <prefix>/ledger/claims-<NNNNNNNNN>.arrow         ledger checkpoint: the claims of that
                                                      many batches in one Arrow file
+    <prefix>/ledger/listing.json                     where reconciling detects resume listing
+    events/pending/<upload key>/<ETag>               (bucket-wide) an upload event's key, until
+                                                     an ingest claimed it
     <prefix>/staging/<run>/...                       work in progress of one ingest run
     <prefix>/leases/<run>                            heartbeat of a running ingest (sweep keeps)
     <prefix>/reports/<run>/validation.json           validation results, also for failed runs
@@ -176,6 +179,35 @@ def claims_checkpoint_prefix(prefix: str) -> str:
 
 def claims_checkpoint_key(prefix: str, batches: int) -> str:
     return f"{claims_checkpoint_prefix(prefix)}{batches:09d}.arrow"
+
+
+def listing_state_key(prefix: str) -> str:
+    """Where reconciling detects resume their listing of the incoming prefix (``tasks.listing``)."""
+    return f"{prefix}/ledger/listing.json"
+
+
+# -- pending upload keys (bucket-wide, outside every incoming prefix) ----------------------
+# The event bridges record each upload here before posting its event; the upload-triggered
+# ingest reads and consumes them, so it never lists incoming/ (``tasks.pending``).
+PENDING_ROOT = "events/pending/"
+
+
+def pending_prefix(incoming: str) -> str:
+    """The pending-key markers of uploads under ``incoming``."""
+    return PENDING_ROOT + incoming
+
+
+def pending_key(upload_key: str, etag: str) -> str:
+    """The marker of one uploaded object version: ``events/pending/<key>/<etag>``."""
+    return f"{PENDING_ROOT}{upload_key}/{etag.strip().strip(chr(34)).lower()}"
+
+
+def pending_upload(marker: str) -> tuple[str, str] | None:
+    """(upload key, ETag) a marker names, or None for any other key."""
+    if not marker.startswith(PENDING_ROOT):
+        return None
+    key, _, etag = marker[len(PENDING_ROOT):].rpartition("/")
+    return (key, etag) if key and etag else None
 
 
 def sweep_marker(prefix: str) -> str:

@@ -120,11 +120,12 @@ class ObjectStore(JsonMethods):
             raise self._fail("create bucket", "", exc2) from exc2
 
     # -- reads ------------------------------------------------------------------------
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object under ``prefix`` in key order."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix`` in key order (after ``start_after`` if given)."""
+        after = {"StartAfter": start_after} if start_after else {}
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=prefix
+                Bucket=self.bucket, Prefix=prefix, **after
             )
             for page in pages:
                 for o in page.get("Contents", []):

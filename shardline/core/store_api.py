@@ -46,8 +46,9 @@ class Store(Protocol):
     def fsspec_url(self, key: str) -> tuple[str, dict[str, Any]]:
         """``(url, storage_options)`` through which fsspec (zarr) reaches ``key``."""
 
-    def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        """Every object whose key starts with ``prefix``, in key order."""
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in key order; with
+        ``start_after``, only keys after it (S3 ``ListObjectsV2`` ``StartAfter``)."""
 
     def list_prefixes(self, prefix: str) -> builtins.list[str]:
         """Immediate "sub-folders" of ``prefix`` (common prefixes up to the next '/')."""

@@ -25,7 +25,7 @@ class Burst:
         assert s > 0
         self.now += s
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list(self, prefix: str, start_after: str | None = None) -> list[ObjectInfo]:
         self.listings += 1
         last = min(self.now, self.until)
         n = int((last - self.start) / self.every_s) + 1
@@ -64,7 +64,7 @@ def test_zero_quiet_does_not_list_and_an_endless_trickle_is_bounded() -> None:
 
 def test_an_empty_prefix_is_quiet() -> None:
     class Empty:
-        def list(self, prefix: str) -> list[ObjectInfo]:
+        def list(self, prefix: str, start_after: str | None = None) -> list[ObjectInfo]:
             return []
 
     got = wait_until_quiet(Empty(), "incoming/", quiet_s=2.0)  # type: ignore[arg-type]
