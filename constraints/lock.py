@@ -1,5 +1,5 @@
 """Write constraints/demo.txt: the exact versions installed in this venv for everything
-``shardline[dev,stack,demo]`` needs (its dependency closure, extras and markers followed).
+``shardline[all,dev]`` needs (its dependency closure, extras and markers followed).
 
 The Makefile installs with ``-c constraints/demo.txt``, so ``make demo`` / ``make test`` get
 the versions that were tested, while the package itself declares ranges. Regenerate after a
@@ -15,7 +15,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT_EXTRAS = ("dev", "stack", "demo")
+ROOT_EXTRAS = ("all", "dev")
 OUT = Path(__file__).resolve().parent / "demo.txt"
 
 

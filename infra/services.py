@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyspark
-
 from shardline.infra import procs
 from shardline.resources import require_extra
 
@@ -208,6 +206,9 @@ def start_prefect(port: int, prefect_home: Path, log_dir: Path,
 
 def spark_env(log_dir: Path) -> dict[str, str]:
     """Environment for Spark processes: loopback only, the venv's Python for workers."""
+    require_extra("pyspark", "ingest", "the embedded Spark Connect server")
+    import pyspark  # the `ingest` extra: a reader's install has no Spark
+
     env = base_env()
     env.update(
         SPARK_HOME=str(Path(pyspark.__file__).parent),

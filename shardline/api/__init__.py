@@ -32,7 +32,10 @@ def list_models(dataset: str, model: str = "cnn", **where: Any) -> list[dict[str
     """Every model of ``dataset`` (``model`` architecture): dataset version, accuracies,
     gate decision, promoted or not. ``where``: ``store`` / ``bucket`` / ``endpoint_url``."""
     from shardline.api.access import store_for
-    from shardline.api.models import model_rows
+    from shardline.resources import needs_extra
+
+    with needs_extra("shardline.list_models", "train"):
+        from shardline.api.models import model_rows
 
     return model_rows(store_for(**where), dataset, model)
 
@@ -41,7 +44,10 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'shardline.api' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    from shardline.resources import needs_extra
+
+    with needs_extra(f"shardline.{name}", "train"):   # torch: load_model, TorchLoader
+        return getattr(importlib.import_module(module), name)
 
 
 __all__ = [*_EXPORTS, "list_models"]

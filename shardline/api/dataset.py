@@ -36,6 +36,7 @@ from shardline.core.idhash import dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry, list_versions, resolve_version
 from shardline.core.schema import QUARANTINE_SCHEMA
 from shardline.core.store import ObjectStore
+from shardline.resources import needs_extra
 from shardline.trainer.columns import Layout, layout_for, optional_fields
 
 if TYPE_CHECKING:
@@ -254,14 +255,16 @@ class Dataset:
         trainer's loader (windowed shuffle, resume through ``state_dict``, ranks).
 
         See :func:`shardline.api.torch_data.make_loader` for the arguments."""
-        from shardline.api.torch_data import make_loader
+        with needs_extra("Dataset.torch_loader", "train"):
+            from shardline.api.torch_data import make_loader
 
         return make_loader(self, batch_size, **kwargs)
 
     def torch_dataset(self, batch_size: int = 256, **kwargs: Any) -> Any:
         """A ``torch.utils.data.IterableDataset`` of batches (use ``DataLoader(ds,
         batch_size=None)``); same arguments as :meth:`torch_loader`."""
-        from shardline.api.torch_data import BatchIterable
+        with needs_extra("Dataset.torch_dataset", "train"):
+            from shardline.api.torch_data import BatchIterable
 
         return BatchIterable(self, batch_size, kwargs)
 

@@ -145,6 +145,9 @@ def _run_logs_off_console(status: Any) -> Iterator[None]:
 def check_ingest(config: str) -> None:
     """Everything an ingest run needs, checked before its flow run is created."""
     from shardline.core.config import StoreSettings
+    from shardline.resources import ensure_extra
+
+    ensure_extra("shardline ingest", "ingest")   # a reader's install has no Spark, Prefect, GX
 
     preflight.config(config)
     preflight.s3(StoreSettings.from_env())

@@ -52,8 +52,23 @@ class _App(typer.Typer):
 
             if debug():
                 raise
+            if isinstance(exc, ImportError):   # an extra not installed (a reader's install)
+                exc = _extra_hint(exc, kwargs.get("args") or sys.argv[1:]) or exc
             err.print(f"[bold red]error:[/] {_escape(one_line(exc))}", soft_wrap=True)
             sys.exit(1)
+
+
+# What a command needs in full, where that is more than the extra of the module it misses
+# first (`ingest` runs a Prefect flow; `up` / `demo` run every service and flow).
+COMMAND_EXTRAS = {"ingest": "ingest", "up": "all", "demo": "all", "deploy": "orchestrate",
+                  "watch": "orchestrate"}
+
+
+def _extra_hint(exc: ImportError, argv: list[str]) -> Exception | None:
+    from shardline.resources import missing_extra
+
+    command = next((a for a in argv if not a.startswith("-")), "")
+    return missing_extra(exc, f"shardline {command}".strip(), COMMAND_EXTRAS.get(command))
 
 
 def _escape(text: str) -> str:
