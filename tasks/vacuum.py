@@ -73,7 +73,7 @@ class VacuumResult:
                 f"{len(self.kept_versions)} kept version(s) references{grace}")
 
 
-class _Cache:
+class ManifestCache:
     """One GET per object across every version read (batch lists are shared)."""
 
     def __init__(self, store: Store) -> None:
@@ -106,7 +106,7 @@ def vacuum(store: Store, cfg: DatasetConfig, *, now: datetime | None = None,
     window = timedelta(minutes=cfg.sweep_after_minutes)
     cutoff = now - window
     live = live_runs(store, cfg.prefix, now, window)
-    cache = _Cache(store)
+    cache = ManifestCache(store)
     kept = kept_versions(store, cfg.prefix)
     named: set[str] = set()
     for v in kept:

@@ -1,5 +1,5 @@
-"""``shardline expire`` and ``shardline vacuum``: retention of dataset versions
-(``shardline.tasks.expire``, ``shardline.tasks.vacuum``).
+"""``shardline expire``, ``shardline vacuum`` and ``shardline audit``: retention of dataset
+versions and where an id is (``shardline.tasks.expire``, ``.vacuum``, ``.audit``).
 
 Runs in this process against the bucket (no Prefect, no Spark). The versions live models
 use are read from the registry here (``trainer.retention``) and handed to the task, which
@@ -80,6 +80,35 @@ def vacuum(config: str = ConfigOpt, dry_run: bool = DryOpt, as_json: bool = Json
         line(result.summary())
 
 
+def audit(config: str = ConfigOpt,
+          id_: str = typer.Option(..., "--id", help="the row id to look for"),
+          as_json: bool = JsonOpt) -> None:
+    """Where an id is today: which versions serve it (or mask it), which files hold its row
+    (and whether vacuum removes them), which models were trained on versions that held it."""
+    prepare()
+    from shardline.cli import preflight
+    from shardline.tasks.audit import audit as run_audit
+    from shardline.trainer.registry_view import model_rows
+    from shardline.trainer.retention import model_names
+
+    try:
+        cfg = preflight.config(config)
+        store = _store()
+        preflight.s3(store.settings)
+        name = cfg.dataset.name
+        models = [{"registry": reg, **row} for reg in model_names(store, name)
+                  for row in model_rows(store, name, reg)]
+        result = run_audit(store, cfg.dataset, id_, models)
+    except (ShardlineError, ValueError) as exc:
+        fail(exc, as_json)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        for text in result.lines():
+            line(text)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(expire)
     app.command()(vacuum)
+    app.command()(audit)

@@ -28,17 +28,8 @@ from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.retention import expire_models, versions_in_use
 from tests.integration.cli_helpers import EXE, cli_env
 from tests.integration.compact_data import publish_small
+from tests.integration.retention_data import live_model
 from tests.integration.trainer_data import config_toml, digits_config, publish_version
-
-
-def live_model(store: ObjectStore, dataset: str, model: str, version: int) -> int:
-    """A complete model trained on dataset ``version``, promoted (the registry's own
-    writes; weights are opaque bytes here: nothing loads them)."""
-    reg = ModelRegistry(store, dataset, model)
-    n = reg.claim("run-test")
-    reg.save(n, b"weights", b"optimizer", {"dataset_version": version, "model_version": n})
-    reg.promote(n, reg.promoted(), {"history": [n]})
-    return n
 
 
 def test_expire_keeps_the_held_and_readers_are_told(store: ObjectStore) -> None:
