@@ -76,8 +76,9 @@ def audit(store: Store, cfg: DatasetConfig, id_: str,
     (``registry``, ``model``, ``dataset_version``, ``promotion``) to filter."""
     cache = ManifestCache(store)
     kept = kept_versions(store, cfg.prefix)
-    readable: dict[int, Manifest] = {v: cache.manifest(layout.version_key(cfg.prefix, v))
-                                     for v in kept}
+    readable: dict[int, Manifest] = {
+        v: cache.manifest(layout.version_key(cfg.prefix, v), layout.expired_doc_key(cfg.prefix, v))
+        for v in kept}
     root = layout.retention_prefix(cfg.prefix)
     for o in store.list(root):
         v = layout.version_of_key(o.key.replace("/retention/", "/versions/"))

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
+from shardline.core.errors import StoreError
 from shardline.core.latest import list_versions
 from shardline.core.manifest import Manifest
 from shardline.core.references import referenced
@@ -84,8 +85,16 @@ class ManifestCache:
             self.data[key] = self.store.get_bytes(key)
         return self.data[key]
 
-    def manifest(self, key: str) -> Manifest:
-        return Manifest(decode(self.store.get_bytes(key), self.store.uri(key)), self.get, key)
+    def manifest(self, key: str, fallback: str | None = None) -> Manifest:
+        """The version document at ``key`` (at ``fallback`` when ``key`` is gone: a version
+        expired since it was listed, whose document moved to ``retention/`` first)."""
+        try:
+            data = self.store.get_bytes(key)
+        except StoreError:
+            if fallback is None or self.store.head(key) is not None:
+                raise
+            key, data = fallback, self.store.get_bytes(fallback)
+        return Manifest(decode(data, self.store.uri(key)), self.get, key)
 
 
 def kept_versions(store: Store, prefix: str) -> list[int]:
@@ -110,7 +119,8 @@ def vacuum(store: Store, cfg: DatasetConfig, *, now: datetime | None = None,
     kept = kept_versions(store, cfg.prefix)
     named: set[str] = set()
     for v in kept:
-        named |= referenced(cache.manifest(layout.version_key(cfg.prefix, v)))
+        named |= referenced(cache.manifest(layout.version_key(cfg.prefix, v),
+                                           layout.expired_doc_key(cfg.prefix, v)))
     grace, doomed = _expired_docs(store, cfg.prefix, cutoff)
     for _, key in grace:
         named |= referenced(cache.manifest(key))
