@@ -28,6 +28,8 @@
                                                      an ingest claimed it
     <prefix>/staging/<run>/...                       work in progress of one ingest run
     <prefix>/leases/<run>                            heartbeat of a running ingest (sweep keeps)
+    <prefix>/leases/train-<run>                      a running training's lease on the version
+                                                     it reads (expire keeps that version)
     <prefix>/reports/<run>/validation.json           validation results, also for failed runs
     <prefix>/retention/expired.json                  which versions were expired, and when
                                                      (store clock; compare-and-swap)
