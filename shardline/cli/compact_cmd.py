@@ -55,15 +55,10 @@ def compact(config: str = ConfigOpt, min_mb: float = MinOpt, target_mb: float = 
     is small publishes nothing."""
     prepare()
     from shardline.cli import preflight
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
     from shardline.tasks.compact import compact as run_compact
 
     try:
-        cfg = preflight.config(config)
-        store = ObjectStore(StoreSettings.from_env())
-        preflight.s3(store.settings)
-        preflight.dataset_versions(store.settings, cfg, None)
+        cfg, store = preflight.config_and_store(config, versions=True)
         result = run_compact(store, cfg.dataset, min_mb=min_mb, target_mb=target_mb,
                              dry_run=dry_run).to_dict()
         if sweep and not dry_run:

@@ -19,21 +19,11 @@ AllOpt = typer.Option(False, "--all", help="every live batch's rejects, not only
                       "version's own batch")
 
 
-def _store() -> Any:
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
-
-    return ObjectStore(StoreSettings.from_env())
-
-
 def _open(config: str, version: int | None) -> Any:
     from shardline.api.dataset import open_dataset
     from shardline.cli import preflight
 
-    cfg = preflight.config(config)
-    store = _store()
-    preflight.s3(store.settings)
-    preflight.dataset_versions(store.settings, cfg, version)
+    cfg, store = preflight.config_and_store(config, versions=True, version=version)
     return cfg, open_dataset(cfg, version, store=store)
 
 
@@ -73,9 +63,7 @@ def _show_failed(config: str, limit: int, as_json: bool) -> bool:
     from shardline.cli import preflight
     from shardline.tasks.mistakes import latest_failed_report
 
-    cfg = preflight.config(config)
-    store = _store()
-    preflight.s3(store.settings)
+    cfg, store = preflight.config_and_store(config)
     doc = latest_failed_report(store, cfg.dataset.prefix)
     if doc is None:
         return False

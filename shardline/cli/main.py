@@ -134,13 +134,9 @@ def versions(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     """List the dataset's versions with their counts (latest first)."""
     prepare()
     from shardline.api.versions import version_rows
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
 
     try:
-        cfg = preflight.config(config)
-        store = ObjectStore(StoreSettings.from_env())
-        preflight.s3(store.settings)
+        cfg, store = preflight.config_and_store(config)
         table = version_rows(store, cfg.dataset.prefix)
     except ShardlineError as exc:
         fail(exc, as_json)

@@ -16,14 +16,10 @@ def migrate(config: str = ConfigOpt, as_json: bool = JsonOpt) -> None:
     same rows, shards and ids, no new rows for the trainer. Re-running publishes nothing."""
     prepare()
     from shardline.cli import preflight
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
     from shardline.tasks.migrate import migrate as run_migrate
 
     try:
-        cfg = preflight.config(config)
-        store = ObjectStore(StoreSettings.from_env())
-        preflight.s3(store.settings)
+        cfg, store = preflight.config_and_store(config)
         r = run_migrate(store, cfg.dataset)
     except ShardlineError as exc:
         fail(exc, as_json)

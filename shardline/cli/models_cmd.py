@@ -34,13 +34,6 @@ app = typer.Typer(help="Models of a dataset: the history, and promote / rollback
                   no_args_is_help=False)
 
 
-def _store() -> Any:
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
-
-    return ObjectStore(StoreSettings.from_env())
-
-
 @app.callback(invoke_without_command=True)
 def models(ctx: typer.Context, config: str | None = OptionalConfig,
            model: str | None = ModelOpt, as_json: bool = JsonOpt) -> None:
@@ -52,15 +45,10 @@ def models(ctx: typer.Context, config: str | None = OptionalConfig,
         return
     if config is None:
         raise typer.BadParameter("--config / -c is required", param_hint="--config")
-    prepare()
-    from shardline.cli import preflight
     from shardline.trainer.registry_view import model_history, with_changes_seen
 
+    cfg, store, name = _open(config, model, as_json)
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
-        name = model or cfg.train.registry_name
         hist = model_history(store, cfg.dataset.name, name)
         hist["models"] = with_changes_seen(store, cfg.dataset.prefix, hist["models"])
     except ShardlineError as exc:
@@ -80,18 +68,25 @@ def models(ctx: typer.Context, config: str | None = OptionalConfig,
          empty=f"no {name} models of {cfg.dataset.name} yet; run `shardline train -c {config}`")
 
 
-def _move(action: str, config: str, number: int | None, model: str | None, by: str | None,
-          reason: str, as_json: bool) -> None:
+def _open(config: str, model: str | None, as_json: bool) -> tuple[Any, Any, str]:
+    """The checked config, the store and the registry's model name (or the error line)."""
     prepare()
     from shardline.cli import preflight
+
+    try:
+        cfg, store = preflight.config_and_store(config)
+    except ShardlineError as exc:
+        fail(exc, as_json)
+    return cfg, store, model or cfg.train.registry_name
+
+
+def _move(action: str, config: str, number: int | None, model: str | None, by: str | None,
+          reason: str, as_json: bool) -> None:
     from shardline.trainer.moves import move
     from shardline.trainer.registry import ModelRegistry
 
+    cfg, store, name = _open(config, model, as_json)
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
-        name = model or cfg.train.registry_name
         done = move(ModelRegistry(store, cfg.dataset.name, name), action,
                     by or getpass.getuser(), reason, number)
     except ShardlineError as exc:
@@ -156,18 +151,13 @@ def expire_models(config: str = ConfigOpt,
                   as_json: bool = JsonOpt) -> None:
     """Remove old models' weights and checkpoints: every model ever promoted, the pinned one,
     the last N candidates and any written within the sweep window stay."""
-    prepare()
     from datetime import timedelta
 
-    from shardline.cli import preflight
     from shardline.tasks.lease import store_now
     from shardline.trainer.retention import expire_models as run
 
+    cfg, store, name = _open(config, model, as_json)
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
-        name = model or cfg.train.registry_name
         done = run(store, cfg.dataset.name, name, keep, store_now(store, cfg.dataset.prefix),
                    timedelta(minutes=cfg.dataset.sweep_after_minutes), dry_run)
     except ShardlineError as exc:

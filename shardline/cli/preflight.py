@@ -33,6 +33,18 @@ def config(path: str) -> Config:
     return load_config(path)
 
 
+def config_and_store(path: str, versions: bool = False,
+                     version: int | None = None) -> tuple[Config, ObjectStore]:
+    """The validated config at ``path`` and a store on the environment's settings whose bucket
+    answers; with ``versions``, the dataset has ``version`` too (None: any version)."""
+    cfg = config(path)
+    store = ObjectStore(StoreSettings.from_env())
+    s3(store.settings)
+    if versions:
+        dataset_versions(store.settings, cfg, version)
+    return cfg, store
+
+
 def quick_store(settings: StoreSettings) -> ObjectStore:
     """A store on ``settings`` with short timeouts and one attempt (for checks only)."""
     t = timeout_s()

@@ -63,13 +63,6 @@ def print_result(r: dict[str, Any]) -> None:
               f"{100 * r['data_wait_share']:.1f} %\n  checkpoint {r['checkpoint']}")
 
 
-def run_train_and_print(config: str, version: int | None = None) -> dict[str, Any]:
-    """Train (as the Prefect flow) and print a summary (used by ``shardline demo``)."""
-    result = _train(str(config), version, use_flow=True)
-    print_result(result)
-    return result
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(

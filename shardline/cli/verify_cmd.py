@@ -23,15 +23,10 @@ def verify(config: str = ConfigOpt, version: int | None = VersionOpt,
     recorded size and digest (xxh3_128 where recorded, else sha256). Exit 1 if not."""
     prepare()
     from shardline.cli import preflight
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
     from shardline.tasks.verify import verify as run_verify
 
     try:
-        cfg = preflight.config(config)
-        store = ObjectStore(StoreSettings.from_env())
-        preflight.s3(store.settings)
-        preflight.dataset_versions(store.settings, cfg, version)
+        cfg, store = preflight.config_and_store(config, versions=True, version=version)
         result = run_verify(store, cfg.dataset, version)
     except (ShardlineError, ValueError) as exc:
         fail(exc, as_json)
