@@ -16,14 +16,31 @@ and names it in the deployments), else from ``SHARDLINE_SPARK_TOKEN`` in the env
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
+from typing import Any
 
 from shardline.core.config import SparkSettings, StoreSettings
 from shardline.core.errors import ConfigError
 
 BLOCK_ENV = "SHARDLINE_AWS_CREDENTIALS_BLOCK"
 SPARK_TOKEN_BLOCK_ENV = "SHARDLINE_SPARK_TOKEN_BLOCK"
+
+
+def _named_block(env: str, module: str, kind: str, fix: str) -> Any:
+    """The block ``module.kind`` named in ``env`` (None: unset); ConfigError if missing."""
+    name = os.environ.get(env, "").strip()
+    if not name:
+        return None
+    cls = getattr(importlib.import_module(module), kind)
+    try:
+        block = cls.load(name)
+    except ValueError as exc:
+        raise ConfigError(f"{kind} block {name!r} (from {env}) was not found; {fix}") from exc
+    if not isinstance(block, cls):   # a coroutine: only when called from async code
+        raise TypeError(f"{kind}.load({name!r}) returned {type(block).__name__}")
+    return block
 
 
 def spark_settings() -> SparkSettings:
@@ -34,42 +51,25 @@ def spark_settings() -> SparkSettings:
         ConfigError: the named block does not exist.
     """
     base = SparkSettings.from_env()
-    name = os.environ.get(SPARK_TOKEN_BLOCK_ENV, "").strip()
-    if not name:
-        return base
-    from prefect.blocks.system import Secret
-
-    try:
-        block = Secret.load(name)
-    except ValueError as exc:
-        raise ConfigError(f"Secret block {name!r} (from {SPARK_TOKEN_BLOCK_ENV}) was not "
-                          "found; create it with `shardline deploy` (SHARDLINE_SPARK_TOKEN "
-                          "set) or in the Prefect UI") from exc
-    if not isinstance(block, Secret):   # a coroutine: only when called from async code
-        raise TypeError(f"Secret.load({name!r}) returned {type(block).__name__}")
-    return dataclasses.replace(base, token=str(block.get()))
+    block = _named_block(SPARK_TOKEN_BLOCK_ENV, "prefect.blocks.system", "Secret",
+                         "create it with `shardline deploy` (SHARDLINE_SPARK_TOKEN set) or "
+                         "in the Prefect UI")
+    return base if block is None else dataclasses.replace(base, token=str(block.get()))
 
 
 def store_settings() -> StoreSettings:
     base = StoreSettings.from_env()
-    name = os.environ.get(BLOCK_ENV, "").strip()
-    if not name:
-        return base
-    from prefect_aws import AwsCredentials
-
     try:
-        creds = AwsCredentials.load(name)
-    except ValueError:
+        creds = _named_block(BLOCK_ENV, "prefect_aws", "AwsCredentials", "using the "
+                             "environment's S3 credentials (`shardline deploy` saves it)")
+    except ConfigError as exc:
         # prefect.yaml as written names shardline-s3; on a server where no `shardline
         # deploy` saved it, the environment's keys (or the machine's IAM role) are the
         # credentials, as they are outside deployments
-        logging.getLogger(__name__).warning(
-            "AwsCredentials block %r (from %s) was not found; using the environment's S3 "
-            "credentials (`shardline deploy` saves the block)", name, BLOCK_ENV)
+        logging.getLogger(__name__).warning("%s", exc)
+        creds = None
+    if creds is None:
         return base
-    if not isinstance(creds, AwsCredentials):   # a coroutine: only when called from async code
-        raise TypeError(f"AwsCredentials.load({name!r}) returned {type(creds).__name__}; call "
-                        "store_settings() from synchronous code")
     secret = creds.aws_secret_access_key
     endpoint = creds.aws_client_parameters.endpoint_url if creds.aws_client_parameters else None
     return dataclasses.replace(
