@@ -176,10 +176,3 @@ def objective(target: TargetInfo) -> Objective:
                           "declare them in the dataset's classes list")
     name, higher = _PRIMARY[target.kind]
     return Objective(target, name, higher)
-
-
-def primary_metric(kind: str) -> tuple[str, bool]:
-    """(name, higher is better) of the primary metric of target kind ``kind``."""
-    if kind not in _PRIMARY:
-        raise ConfigError(f"target kind {kind!r} is not one of {sorted(_PRIMARY)}")
-    return _PRIMARY[kind]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from shardline.core.config import DatasetConfig
 from shardline.core.store import Store
-from shardline.tasks.batch import Batch, Source
+from shardline.tasks.batch import Source
 from shardline.tasks.convert.formats import splitter
 from shardline.tasks.convert.split import Part
 
@@ -42,12 +42,6 @@ def useful_tasks(total_bytes: int, parallelism: int, min_task_bytes: int = MIN_T
     """Two tasks per core for large batches (stragglers even out), fewer for small ones."""
     by_size = -(-total_bytes // max(1, min_task_bytes))
     return max(1, min(2 * parallelism, by_size))
-
-
-def plan_task_count(batch: Batch, parallelism: int) -> int:
-    """Tasks for the batch's sources taken whole: :func:`useful_tasks`, but no more than
-    there are sources (what :func:`plan_parts` raises by slicing large objects)."""
-    return max(1, min(useful_tasks(batch.bytes, parallelism), len(batch.sources)))
 
 
 def slice_counts(sources: Sequence[Source], tasks: int, min_task_bytes: int = MIN_TASK_BYTES

@@ -4,9 +4,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from shardline.tasks.batch import Batch, Source
+from shardline.tasks.batch import Source
 from shardline.tasks.convert.dedupe import find_duplicates
-from shardline.tasks.convert.plan import plan_groups, plan_task_count, slice_counts, useful_tasks
+from shardline.tasks.convert.plan import plan_groups, slice_counts, useful_tasks
 from shardline.tasks.convert.split import Part, jsonl_cuts, jsonl_parts, row_group_parts
 
 
@@ -23,12 +23,9 @@ def test_plan_groups_balances_bytes_and_keeps_every_source_once():
 
 
 def test_task_count_follows_size_and_cores():
-    small = Batch("b", tuple(Source(f"k{i}", "e", 1000, "image") for i in range(100)))
-    assert plan_task_count(small, 2) == 1
-    big = Batch("b", tuple(Source(f"k{i}", "e", 50 << 20, "jsonl") for i in range(10)))
-    assert plan_task_count(big, 2) == 4
-    one = Batch("b", (Source("k", "e", 500 << 20, "jsonl"),))
-    assert plan_task_count(one, 2) == 1
+    assert useful_tasks(100 * 1000, 2) == 1           # a small batch: one task
+    assert useful_tasks(10 * (50 << 20), 2) == 4      # large: two tasks per core
+    assert useful_tasks(500 << 20, 1) == 2
 
 
 def test_duplicates_first_occurrence_wins_and_published_ids_lose():
@@ -161,7 +158,7 @@ def test_only_large_jsonl_parquet_zarr_objects_are_sliced_when_sources_are_few()
     many = tuple(Source(f"k{i}.jsonl", "e", 160 * mb, "jsonl") for i in range(4))
     assert slice_counts(many, 4) == [1, 1, 1, 1]
     # one large object, 4 useful tasks: 4 slices of ~40 MB
-    assert useful_tasks(big.size, 2) == 4 and plan_task_count(Batch("b", (big,)), 2) == 1
+    assert useful_tasks(big.size, 2) == 4
     assert slice_counts((big,), 4) == [4]
     # a small object beside it stays whole; a task's share never drops below the minimum
     small = Source("small.jsonl", "e", 3 * mb, "jsonl")

@@ -11,7 +11,7 @@ from sklearn import metrics as skm
 
 from shardline.core.errors import ConfigError
 from shardline.core.fields import TargetInfo
-from shardline.trainer.objectives import AP_BINS, objective, primary_metric
+from shardline.trainer.objectives import AP_BINS, objective
 
 CLASSES = tuple("abcde")
 
@@ -87,7 +87,6 @@ def test_mask_metrics_and_unknown_kinds() -> None:
         objective(TargetInfo("y", "ranking"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="no classes"):
         objective(TargetInfo("label", "class"))
-    assert primary_metric("regression") == ("rmse", False)
 
 
 def test_empty_set_scores_none() -> None:
