@@ -10,12 +10,15 @@ same round), which cancels slow drifts in machine load.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,6 +79,37 @@ def rate(batches: Iterator[tuple[Any, Any]], *, warmup: int, seconds: float,
         elapsed = time.perf_counter() - t0
         if k >= min_batches and elapsed >= seconds:
             return n / elapsed
+
+
+def cpu_rate(it: Iterator[tuple[Any, Any]], *, warmup: int, batches: int) -> float:
+    """Samples per CPU second of this thread (``time.thread_time``) over ``batches``
+    batches after ``warmup``."""
+    for _ in range(warmup):
+        next(it)
+    n, t0 = 0, time.thread_time()
+    for _ in range(batches):
+        n += len(next(it)[1])
+    return n / (time.thread_time() - t0)
+
+
+@contextlib.contextmanager
+def moto_bucket(prefix: str) -> Iterator[tuple[Path, Any, Any]]:
+    """(scratch folder, moto server in it on a free port, ObjectStore on its bucket
+    ``bench``); the server is stopped and the folder removed on exit."""
+    from shardline.core.config import StoreSettings
+    from shardline.core.store import ObjectStore
+    from shardline.infra import procs, services
+
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    moto = services.start_moto(procs.free_port(), scratch)
+    try:
+        store = ObjectStore(StoreSettings(bucket="bench", endpoint_url=moto.url,
+                                          access_key="bench", secret_key="bench"))
+        store.ensure_bucket()
+        yield scratch, moto, store
+    finally:
+        moto.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # -- memory -----------------------------------------------------------------------------

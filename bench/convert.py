@@ -16,11 +16,11 @@ check + Spark job + driver-side dedupe, validation with great-expectations).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -33,13 +33,14 @@ from shardline.bench.common import (
     interleaved,
     machine,
     median,
+    moto_bucket,
     print_table,
     ratio,
     write_result,
 )
 from shardline.bench.convert_data import FORMATS, InputSpec, ensure_inputs
 from shardline.bench.convert_ref import pyarrow_convert
-from shardline.core.config import DatasetConfig, ImageSpec, StoreSettings
+from shardline.core.config import DatasetConfig, ImageSpec
 from shardline.core.folder_store import FolderStore
 from shardline.core.store import ObjectStore
 from shardline.tasks.batch import Batch, Source
@@ -165,21 +166,15 @@ def _summary(spec: InputSpec, values: dict[str, list[float]], cells: Cells,
 def run(quick: bool = False, records: int | None = None, objects: int = 8,
         rounds: int | None = None, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
         ) -> dict[str, Any]:
-    from shardline.infra import procs, services
-
     t_start = time.perf_counter()
     spec = InputSpec(records or (8_000 if quick else 100_000), objects)
     paths = ensure_inputs(spec)
     input_mb = {f: sum(p.stat().st_size for p in ps) / 1e6 for f, ps in paths.items()}
     log(f"inputs ready: {spec.records} records x {len(spec.parts())} objects {input_mb}")
-    scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-convert-"))
-    moto = services.start_moto(procs.free_port(), scratch)
-    servers: list[cs.SparkServer] = []
-    try:
-        store = ObjectStore(StoreSettings(bucket="bench", endpoint_url=moto.url,
-                                          access_key="bench", secret_key="bench"))
-        store.ensure_bucket()
+    with moto_bucket("shardline-bench-convert-") as (scratch, _, store), \
+            contextlib.ExitStack() as stop:
         servers = cs.start_servers(["local[1]", "local[2]"], scratch)
+        stop.callback(cs.stop_servers, servers)
         log("spark: " + ", ".join(f"{s.master} JVM {s.jvm_start_s:.1f}s first job "
                                   f"{s.first_job_s:.1f}s" for s in servers))
         cells = Cells(spec, paths, store, {s.master: s for s in servers}, scratch)
@@ -209,10 +204,6 @@ def run(quick: bool = False, records: int | None = None, objects: int = 8,
             "cells": _summary(spec, values, cells, input_mb)
             | _summary(big, big_values, big_cells, input_mb),
             "validation": _validation(cells)}
-    finally:
-        cs.stop_servers(servers)
-        moto.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
     result["bars"] = bars(result)
     result["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     return result

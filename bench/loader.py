@@ -19,9 +19,7 @@ import argparse
 import functools
 import importlib.util
 import json
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -36,6 +34,7 @@ from shardline.bench.common import (
     interleaved,
     machine,
     median,
+    moto_bucket,
     print_table,
     rate,
     ratio,
@@ -171,18 +170,9 @@ def _peak_memory(files: SetFiles, store: Any, found: dict[str, Any]) -> dict[str
 
 def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
-    from shardline.infra import procs, services
-
     plan = Plan.make(quick, scale, rounds)
     t0 = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-"))
-    moto = services.start_moto(procs.free_port(), scratch)
-    try:
-        store = ObjectStore(StoreSettings(bucket="bench", endpoint_url=moto.url,
-                                          access_key="bench", secret_key="bench"))
-        store.ensure_bucket()
+    with moto_bucket("shardline-bench-") as (scratch, _, store):
         result: dict[str, Any] = {"part": "loader", "quick": quick, "machine": machine(),
                                   "plan": asdict(plan), "batch_size": C.BATCH,
                                   "pixels": "synthetic (random half-resolution, upsampled 2x)",
@@ -197,9 +187,6 @@ def run(quick: bool = False, scale: float = 1.0, rounds: int | None = None,
                 log(f"{spec.name}: cold-cache rounds done")
         result["T"] = loader_tensor.measure(2_000 if quick else 8_000, rounds=plan.rounds,
                                             seconds=plan.seconds * 2, log=log)
-    finally:
-        moto.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
     result["bars"] = bars(result)
     result["elapsed_s"] = round(time.perf_counter() - t0, 1)
     return result

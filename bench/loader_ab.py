@@ -18,13 +18,12 @@ import functools
 import json
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardline.bench import contenders as C
 from shardline.bench import peers
-from shardline.bench.common import interleaved, machine, median, rate, ratio, write_result
+from shardline.bench.common import cpu_rate, interleaved, machine, median, rate, ratio, write_result
 from shardline.bench.loader_data import SetFiles, SetSpec, pixels
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
@@ -39,16 +38,6 @@ def _set(rows: int, name: str = "S") -> SetFiles:
     for fmt in ("shards-none", "raw"):
         files.ensure(fmt)
     return files
-
-
-def cpu_rate(it: Iterator[tuple[Any, Any]], *, warmup: int, batches: int) -> float:
-    """Samples per CPU second of this thread over ``batches`` batches after a warm-up."""
-    for _ in range(warmup):
-        next(it)
-    n, t0 = 0, time.thread_time()
-    for _ in range(batches):
-        n += len(next(it)[1])
-    return n / (time.thread_time() - t0)
 
 
 def main(argv: list[str] | None = None) -> int:

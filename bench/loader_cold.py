@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -164,10 +163,8 @@ class Pinning:
 
 def run(set_name: str, quick: bool, pin: str, rounds: int, previous: bool = False,
         log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict[str, Any]:
-    from shardline.bench.common import machine
+    from shardline.bench.common import machine, moto_bucket
     from shardline.bench.loader_data import SetSpec, pixels
-    from shardline.core.config import StoreSettings
-    from shardline.infra import procs, services
 
     rows = {"S": 10_000 if quick else 50_000, "L": 600 if quick else 5_000}[set_name]
     spec = SetSpec(set_name, rows, (32, 32, 3) if set_name == "S" else (224, 224, 3),
@@ -175,25 +172,18 @@ def run(set_name: str, quick: bool, pin: str, rounds: int, previous: bool = Fals
     files = SetFiles(spec, *pixels(spec))
     files.ensure("shards-none")
     modes = ["off", "on"] if pin == "both" else [pin]
-    scratch = Path(tempfile.mkdtemp(prefix="shardline-cold-"))
-    moto = services.start_moto(procs.free_port(), scratch)
     out: dict[str, Any] = {"part": "loader_cold", "set": set_name, "rows": rows,
                            "quick": quick, "machine": machine(), "pin": {}}
-    pinning = Pinning(moto.pid)
-    try:
-        store = ObjectStore(StoreSettings(bucket="bench", endpoint_url=moto.url,
-                                          access_key="bench", secret_key="bench"))
-        store.ensure_bucket()
+    with moto_bucket("shardline-cold-") as (scratch, moto, store), \
+            contextlib.ExitStack() as stop:
+        pinning = Pinning(moto.pid)
+        stop.callback(pinning.apply, "off")
         upload(store, files)
         for mode in modes:
             pinning.apply(mode)
             out["pin"][mode] = measure(files, store, scratch, rounds, previous)
             log(f"{set_name} pin={mode}: ratio {out['pin'][mode]['shardline_vs_raw_get']:.3f}"
                 f" rounds {out['pin'][mode]['rounds']}")
-    finally:
-        pinning.apply("off")
-        moto.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
     out["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return out
 

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import torch
 
-from shardline.bench.common import interleaved, machine, median, rate, ratio, write_result
+from shardline.bench.common import cpu_rate, interleaved, machine, median, rate, ratio, write_result
 from shardline.core import layout
 from shardline.core.builder import NewBatch
 from shardline.core.builder import build_version as build_draft
@@ -143,16 +143,6 @@ def raw_arrow(paths: list[Path], seed: int = 0) -> Batches:
             views[s].take(rows, 0, out[a:b], "clip")
             lab[a:b] = labels[s][rows]
         yield images, torch.from_numpy(lab)
-
-
-def cpu_rate(it: Batches, *, warmup: int, batches: int) -> float:
-    """Samples per CPU second of this thread (``time.thread_time``)."""
-    for _ in range(warmup):
-        next(it)
-    n, t0 = 0, time.thread_time()
-    for _ in range(batches):
-        n += len(next(it)[1])
-    return n / (time.thread_time() - t0)
 
 
 def measure(rows: int = 4_000, shard_rows: int = 512, rounds: int = 5, seconds: float = 0.5,

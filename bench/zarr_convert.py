@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.bench.common import moto_bucket
 from shardline.core.config import SparkSettings, StoreSettings, parse_config
 from shardline.core.store import ObjectStore
 from shardline.infra import procs, services
@@ -171,14 +170,12 @@ def _config(name: str) -> Any:
 
 def run(gb: float) -> dict[str, Any]:
     n = int(gb * (1 << 30) / (int(np.prod(SAMPLE)) * 4))
-    scratch = Path(tempfile.mkdtemp(prefix="shardline-bench-zarr-"))
-    moto = services.start_moto(procs.free_port(), scratch)
-    spark = services.start_spark_connect(procs.free_port(), scratch / "spark")
-    try:
-        settings_s3 = StoreSettings(bucket="bench", endpoint_url=moto.url,
-                                    access_key="bench", secret_key="bench")
-        store = ObjectStore(settings_s3)
-        store.ensure_bucket()
+    with moto_bucket("shardline-bench-zarr-") as (scratch, _, store), \
+            contextlib.ExitStack() as stop:
+        spark = services.start_spark_connect(procs.free_port(), scratch / "spark")
+        stop.callback(spark.stop)
+        stop.callback(spark_sessions.close_sessions)
+        settings_s3 = store.settings
         settings = SparkSettings(remote=spark.url)
         # warm-up: Python workers started and their imports done (not what is measured)
         warm = _config("zwarm")
@@ -209,11 +206,6 @@ def run(gb: float) -> dict[str, Any]:
                 "largest_worker_peak_rss_mb": round(peak.worker_peak / 2**20),
                 "spark_tasks": len(conv.row_files),
                 "cpus": os.cpu_count(), "load_1m": round(os.getloadavg()[0], 1)}
-    finally:
-        spark_sessions.close_sessions()
-        spark.stop()
-        moto.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main() -> None:
