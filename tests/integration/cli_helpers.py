@@ -9,6 +9,25 @@ from pathlib import Path
 from shardline.core.config import StoreSettings
 
 EXE = str(Path(sys.executable).parent / "shardline")
+DIGITS = """
+[dataset]
+name = "{name}"
+incoming = "incoming/{name}/"
+classes = ["0","1","2","3","4","5","6","7","8","9"]
+[dataset.image]
+shape = [8, 8, 1]
+"""
+
+
+def write_config(tmp_path: Path, name: str, max_quarantine: float | None = None) -> Path:
+    """An 8x8 digits dataset ``name`` (the shorthand); ``max_quarantine`` sets
+    ``validation.max_quarantine_fraction`` (else the default, 5%)."""
+    p = tmp_path / f"{name}.toml"
+    text = DIGITS.format(name=name)
+    if max_quarantine is not None:
+        text += f"[dataset.validation]\nmax_quarantine_fraction = {max_quarantine}\n"
+    p.write_text(text)
+    return p
 
 
 def cli_env(settings: StoreSettings, tmp_path: Path) -> dict[str, str]:

@@ -18,23 +18,7 @@ import pytest
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import digits, jsonl_bytes
-from tests.integration.cli_helpers import EXE, cli_env
-
-CONFIG = """
-[dataset]
-name = "{name}"
-incoming = "incoming/{name}/"
-classes = ["0","1","2","3","4","5","6","7","8","9"]
-[dataset.image]
-shape = [8, 8, 1]
-"""
-
-
-def write_config(tmp_path: Path, name: str) -> Path:
-    """The shorthand with the default max_quarantine_fraction (5%)."""
-    p = tmp_path / f"{name}.toml"
-    p.write_text(CONFIG.format(name=name))
-    return p
+from tests.integration.cli_helpers import EXE, cli_env, write_config
 
 
 @pytest.fixture

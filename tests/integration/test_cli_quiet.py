@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from shardline.infra.demo_data import digits, jsonl_bytes
-from tests.integration.test_ingest_flow import write_config
+from tests.integration.cli_helpers import write_config
 
 NOISE = ("skipping fork() handlers", "fork_posix", "FutureWarning", "DeprecationWarning",
          "UserWarning", "warnings.warn", "absl::InitializeLog",
@@ -83,7 +83,7 @@ def test_a_cli_ingest_prints_no_dependency_noise(prefect_harness, stack_env, sto
                                                 spark_remote: str, tmp_path: Path) -> None:
     from prefect.settings import PREFECT_API_URL
 
-    cfg = write_config(tmp_path, "quietdigits")
+    cfg = write_config(tmp_path, "quietdigits", 0.2)
     store.put_bytes("incoming/quietdigits/a.jsonl", jsonl_bytes(digits(0, 40)))
     env = bare_env(SHARDLINE_SPARK_REMOTE=spark_remote,
                    SHARDLINE_HOME=str(tmp_path / "nostack"),

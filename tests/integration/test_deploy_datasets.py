@@ -20,7 +20,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ import httpx
 import pytest
 
 from shardline.core.config import StoreSettings
-from shardline.infra import procs, services
 from shardline.infra.deploy import DeployError, DeploySpec, deploy
 from shardline.infra.deployments import datasets, undeploy
 from shardline.infra.events.model import ObjectCreated
@@ -37,23 +35,6 @@ from shardline.resources import project_dir
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("datasets-prefect")
-    svc = services.start_prefect(procs.free_port(), home / "prefect", home / "logs")
-    try:
-        yield f"{svc.url}/api"
-    finally:
-        # Prefect keeps one EventsWorker per client type, bound to the API URL in force when
-        # it started: the in-process calls here (under temporary_settings) leave it bound to
-        # this server. Stop it with the server, or later tests' flow events go to a dead
-        # address (test_ingest_flow's published event never arrived after this module).
-        from prefect.events.worker import EventsWorker
-
-        EventsWorker.drain_all(timeout=10, at_exit=False)
-        svc.stop()
 
 
 def dataset_toml(tmp: Path, name: str, incoming: str) -> Path:

@@ -8,30 +8,13 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from shardline.core.errors import ValidationFailed
 from shardline.infra.demo_data import bad_jsonl_lines, digits, jsonl_bytes
-
-CONFIG = """
-[dataset]
-name = "{name}"
-incoming = "incoming/{name}/"
-classes = ["0","1","2","3","4","5","6","7","8","9"]
-[dataset.image]
-shape = [8, 8, 1]
-[dataset.validation]
-max_quarantine_fraction = 0.2
-"""
-
-
-def write_config(tmp_path: Path, name: str) -> Path:
-    p = tmp_path / f"{name}.toml"
-    p.write_text(CONFIG.format(name=name))
-    return p
+from tests.integration.cli_helpers import write_config
 
 
 def artifacts(keys: list[str]) -> dict:
@@ -63,7 +46,7 @@ def test_flow_publishes_leaves_artifacts_and_emits_the_event(
     from shardline.flows.ingest import ingest
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
-    cfg = write_config(tmp_path, "flowdigits")
+    cfg = write_config(tmp_path, "flowdigits", 0.2)
     bad = "\n".join(line for line, _ in bad_jsonl_lines()[:3]) + "\n"
     store.put_bytes("incoming/flowdigits/a.jsonl", jsonl_bytes(digits(0, 100)) + bad.encode())
     result = ingest(config=str(cfg))
@@ -120,7 +103,7 @@ def test_flow_fails_on_a_failing_suite_and_reports_it(
     from shardline.flows.ingest import ingest
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
-    cfg = write_config(tmp_path, "baddigits")
+    cfg = write_config(tmp_path, "baddigits", 0.2)
     lines = "\n".join(line for line, _ in bad_jsonl_lines()) + "\n"
     store.put_bytes("incoming/baddigits/a.jsonl", jsonl_bytes(digits(0, 10)) + lines.encode())
     with pytest.raises(ValidationFailed, match="nothing was published"):
@@ -142,7 +125,7 @@ def test_a_failed_batch_is_bisected_in_the_same_run(
     from shardline.tasks.setaside import set_aside
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
-    path = write_config(tmp_path, "bisect")
+    path = write_config(tmp_path, "bisect", 0.2)
     lines = "\n".join(line for line, _ in bad_jsonl_lines()) + "\n"
     store.put_bytes("incoming/bisect/bad.jsonl", lines.encode())          # 100 % bad
     store.put_bytes("incoming/bisect/good.jsonl", jsonl_bytes(digits(0, 10)))
@@ -157,7 +140,7 @@ def test_a_failed_batch_is_bisected_in_the_same_run(
 
 
 def test_cli_ingest_json_in_ephemeral_mode(stack_env, store, spark_remote, tmp_path):
-    cfg = write_config(tmp_path, "clidigits")
+    cfg = write_config(tmp_path, "clidigits", 0.2)
     store.put_bytes("incoming/clidigits/a.jsonl", jsonl_bytes(digits(0, 50)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env.update(SHARDLINE_SPARK_REMOTE=spark_remote, SHARDLINE_HOME=str(tmp_path / "nostack"),

@@ -11,27 +11,14 @@ stays PENDING and the test fails.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 import httpx
-import pytest
 
-from shardline.infra import procs, services
 from shardline.infra.automations import PENDING_AUTOMATION, ensure_pending_automation
 
 TIMEOUT_S = 10
-
-
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    home = tmp_path_factory.mktemp("pending-prefect")
-    svc = services.start_prefect(procs.free_port(), home / "prefect", home / "logs")
-    try:
-        yield f"{svc.url}/api"
-    finally:
-        svc.stop()
 
 
 def sync_client(api: str) -> Any:

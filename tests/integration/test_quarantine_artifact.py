@@ -16,7 +16,8 @@ from PIL import Image
 
 from shardline.flows import quarantine_view as qv
 from shardline.infra.demo_data import digits, jsonl_bytes
-from tests.integration.test_ingest_flow import CONFIG, artifacts
+from tests.integration.cli_helpers import write_config
+from tests.integration.test_ingest_flow import artifacts
 from tests.unit.test_containment import png_bomb
 from tests.unit.test_quarantine_view import png
 
@@ -44,9 +45,7 @@ def test_a_hostile_drop_shows_thumbnails_and_marks(prefect_harness, stack_env, s
     from shardline.flows.ingest import ingest
 
     monkeypatch.setenv("SHARDLINE_SPARK_REMOTE", spark_remote)
-    cfg = tmp_path / "thumbs.toml"   # a fifth of the rows is refused: let it publish
-    cfg.write_text(CONFIG.format(name="thumbs").replace("= 0.2", "= 0.5"))
-    assert "max_quarantine_fraction = 0.5" in cfg.read_text()
+    cfg = write_config(tmp_path, "thumbs", 0.5)   # a fifth of the rows is refused: publish
     good = digits(0, 60)
     img8 = b64(png(8, 8))
 
