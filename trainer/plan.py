@@ -29,10 +29,7 @@ shards hold. A dataset with mixed shards only uses the trainer's configured frac
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -43,24 +40,13 @@ from shardline.core.errors import ShardlineError, StoreError
 from shardline.core.idhash import HoldoutMismatch, dataset_fraction
 from shardline.core.manifest import Manifest, ShardEntry
 from shardline.core.parts import HOLDOUT, SPLITS, TRAIN
-from shardline.core.shard_table import ShardColumns
+from shardline.core.shard_table import ShardColumns, no_gc
 from shardline.trainer.holdout import holdout_mask, pick_smallest, salted
 from shardline.trainer.replay import balanced_fractions
 from shardline.trainer.shard_file import ShardIndex
 
 __all__ = ["HoldoutMismatch", "NothingToTrain", "PlannedShard", "TrainPlan", "dataset_fraction",
            "make_plan", "shard_versions"]
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class NothingToTrain(ShardlineError):
@@ -254,7 +240,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
     balanced = balanced_fractions(cols, ~is_new & trains, target) if old_rows \
         else None
     roles = np.where(is_new, "new", "replay").tolist()
-    with _no_gc():       # 100k small objects: the cyclic collector would rescan them all
+    with no_gc():       # 100k small objects: the cyclic collector would rescan them all
         planned = [PlannedShard(None, i, v, r, cols, sp) for i, (v, r, sp)
                    in enumerate(zip(versions.tolist(), roles, splits, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,

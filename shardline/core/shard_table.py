@@ -113,7 +113,7 @@ def _map_dicts(col: pa.ChunkedArray) -> list[dict[str, Any]]:
 
 
 def _columns(table: pa.Table) -> dict[str, list[Any]]:
-    with _no_gc():
+    with no_gc():
         out = {n: table.column(n).to_pylist()
                for n in SCHEMA.names if n not in ("quarantine", "partition", "label_counts")}
         out["partition"] = _map_dicts(table.column("partition"))
@@ -125,7 +125,7 @@ def _columns(table: pa.Table) -> dict[str, list[Any]]:
 
 
 @contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Pause the cyclic collector while building many small objects (it would rescan every
     one of them over and over; nothing built here is cyclic)."""
     was = gc.isenabled()
@@ -151,7 +151,7 @@ def _entry(c: dict[str, list[Any]], i: int) -> ShardEntry:
 
 def _entries(table: pa.Table) -> list[ShardEntry]:
     c = _columns(table)
-    with _no_gc():
+    with no_gc():
         return [_entry(c, i) for i in range(table.num_rows)]
 
 
@@ -224,5 +224,5 @@ class ShardColumns:
 
     def entries(self) -> list[ShardEntry]:
         cols = self._cols
-        with _no_gc():
+        with no_gc():
             return [_entry(cols, i) for i in range(len(self))]

@@ -141,15 +141,21 @@ def label_index(value: Any, classes: tuple[str, ...], column: str,
                    f"is neither a class name {list(shown)} nor an index 0..{n - 1}")
 
 
-def _image_bytes(value: Any, column: str) -> bytes:
+def b64_payload(value: Any) -> bytes:
+    """Bytes as they are; a string (plain or a ``data:`` URI) decoded from base64
+    (binascii.Error or ValueError if it is not base64)."""
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("data:") and "," in text:
-            text = text.split(",", 1)[1]
+    text = value.strip()
+    if text.startswith("data:") and "," in text:
+        text = text.split(",", 1)[1]
+    return base64.b64decode(text, validate=True)
+
+
+def _image_bytes(value: Any, column: str) -> bytes:
+    if isinstance(value, bytes | bytearray | memoryview | str):
         try:
-            return base64.b64decode(text, validate=True)
+            return b64_payload(value)
         except (binascii.Error, ValueError) as exc:
             raise RowError("undecodable_image",
                            f"column {column!r} is not valid base64: {exc}") from exc

@@ -11,7 +11,6 @@ or raw little-endian bytes (base64 in JSONL/CSV); images are decoded by ``images
 
 from __future__ import annotations
 
-import base64
 import binascii
 import io
 import json
@@ -22,7 +21,7 @@ import numpy as np
 from shardline.core.field_arrow import storage_dtype
 from shardline.core.field_spec import FieldSpec, TargetSpec
 from shardline.tasks.convert.limits import Limits, excerpt
-from shardline.tasks.convert.rows import RowError, label_index
+from shardline.tasks.convert.rows import RowError, b64_payload, label_index
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -49,13 +48,8 @@ def missing(name: str, column: str, optional: bool) -> None:
 
 
 def _bytes_of(value: Any, name: str) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    text = value.strip()
-    if text.startswith("data:") and "," in text:
-        text = text.split(",", 1)[1]
     try:
-        return base64.b64decode(text, validate=True)
+        return b64_payload(value)
     except (binascii.Error, ValueError) as exc:
         raise RowError("undecodable_value", f"field {name!r}: not valid base64 "
                        f"({excerpt(value, 40)}): {exc}; send a JSON list, NPY or raw bytes "
