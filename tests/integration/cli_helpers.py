@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from shardline.core.config import StoreSettings
+from shardline.core.config import Config, StoreSettings
 
 EXE = str(Path(sys.executable).parent / "shardline")
 DIGITS = """
@@ -41,3 +43,19 @@ def cli_env(settings: StoreSettings, tmp_path: Path) -> dict[str, str]:
             "SHARDLINE_S3_ENDPOINT_URL": str(settings.endpoint_url),
             "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "SHARDLINE_CHECK_TIMEOUT": "3"}
+
+
+def cli_runner(cfg: Config, settings: StoreSettings, tmp_path: Path, *command: str
+               ) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run(*args)``: ``shardline COMMAND ARGS -c F`` as a user runs it (a subprocess, stdout
+    a pipe), F being ``cfg`` written as TOML, against ``settings``' bucket."""
+    from tests.integration.trainer_data import config_toml
+
+    path = tmp_path / "dataset.toml"
+    path.write_text(config_toml(cfg))
+    env = cli_env(settings, tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([EXE, *command, *args, "-c", str(path)], env=env,
+                              capture_output=True, text=True, timeout=300)
+    return run

@@ -4,28 +4,21 @@ dry run, compaction, re-run, and a user error as one line."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from shardline.core.config import StoreSettings
 from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
-from tests.integration.cli_helpers import EXE, cli_env
+from tests.integration.cli_helpers import cli_runner
 from tests.integration.compact_data import BATCHES, publish_small
-from tests.integration.trainer_data import config_toml, digits_config
+from tests.integration.trainer_data import digits_config
 
 
 def test_compact_command(store: ObjectStore, store_settings: StoreSettings,
                          tmp_path: Path) -> None:
     cfg = digits_config()
     publish_small(store, cfg.dataset)
-    path = tmp_path / "dataset.toml"
-    path.write_text(config_toml(cfg))
-    env = cli_env(store_settings, tmp_path)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([EXE, "compact", "-c", str(path), *args], env=env,
-                              capture_output=True, text=True, timeout=180)
+    run = cli_runner(cfg, store_settings, tmp_path, "compact")
 
     dry = run("--target-mb", "1", "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr

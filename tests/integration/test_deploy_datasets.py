@@ -32,6 +32,7 @@ from shardline.infra.deploy import DeployError, DeploySpec, deploy
 from shardline.infra.deployments import datasets, undeploy
 from shardline.infra.events.model import ObjectCreated
 from shardline.resources import project_dir
+from tests.integration.stack_helpers import wait
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,16 +75,6 @@ def upload_event(api: str, bucket: str, key: str) -> None:
     assert httpx.post(f"{api}/events", json=[doc], timeout=10).status_code == 204
 
 
-def wait_for(what: str, fn: Any, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-
-
 def test_two_datasets_side_by_side(api: str, store_settings: StoreSettings,
                                    tmp_path: Path) -> None:
     alpha = dataset_toml(tmp_path, "alpha", "incoming/alpha/")
@@ -114,7 +105,7 @@ def test_two_datasets_side_by_side(api: str, store_settings: StoreSettings,
         time.sleep(0.3)
     upload_event(api, bucket, "incoming/beta/x.csv")
     upload_event(api, bucket, "elsewhere/y.csv")
-    wait_for("both upload runs", lambda: {"alpha-on-upload", "beta-on-upload"}
+    wait("both upload runs", lambda: {"alpha-on-upload", "beta-on-upload"}
              <= set(runs_by_deployment(api)), 60)
     time.sleep(27)   # two debounce windows and proactive evaluations more: nothing else fires
     assert runs_by_deployment(api) == {"alpha-on-upload": 1, "beta-on-upload": 1}
@@ -122,7 +113,7 @@ def test_two_datasets_side_by_side(api: str, store_settings: StoreSettings,
     # a published event trains its own dataset only, with the event's config and version
     post(api, "shardline.dataset.published", "shardline.dataset.beta",
          {"dataset": "beta", "version": 3, "config": {"dataset": {"name": "beta"}}})
-    wait_for("the training run", lambda: "beta-on-publish" in runs_by_deployment(api), 30)
+    wait("the training run", lambda: "beta-on-publish" in runs_by_deployment(api), 30)
     time.sleep(3)
     assert runs_by_deployment(api) == {"alpha-on-upload": 1, "beta-on-upload": 1,
                                        "beta-on-publish": 1}

@@ -7,7 +7,6 @@ half-visible in between; the command itself, once, with the others naming it."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,9 +24,9 @@ from shardline.tasks.migrate import migrate
 from shardline.tasks.sweep import sweep
 from shardline.trainer.options import RunOptions
 from shardline.trainer.run import train
-from tests.integration.cli_helpers import EXE, cli_env
+from tests.integration.cli_helpers import cli_runner
 from tests.integration.compact_data import as_format1, as_format2, rows_of
-from tests.integration.trainer_data import config_toml, digits_config, publish_version
+from tests.integration.trainer_data import digits_config, publish_version
 
 ORDER = np.random.default_rng(11).permutation(1797)
 FAST = RunOptions(log_every=50, checkpoint_every=1000, eval_each_epoch=False)
@@ -162,13 +161,7 @@ def test_killed_at_every_write_then_rerun_gives_the_same_result(store: ObjectSto
 def test_the_command_migrates_once_and_the_others_name_it(store: ObjectStore,
                                                         tmp_path) -> None:  # type: ignore[no-untyped-def]
     _old_dataset(store, 1)
-    config = tmp_path / "dataset.toml"
-    config.write_text(config_toml(CFG))
-    env = cli_env(store.settings, tmp_path)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([EXE, *args, "-c", str(config)], env=env, capture_output=True,
-                              text=True, timeout=300)
+    run = cli_runner(CFG, store.settings, tmp_path)
     refused = run("compact", "--dry-run")
     lines = [x for x in refused.stderr.splitlines() if x.strip()]
     assert refused.returncode == 1 and len(lines) == 1, refused.stderr

@@ -4,14 +4,13 @@ one whose shard was deleted, one whose shard bytes were changed (same size, and 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
-from tests.integration.cli_helpers import EXE, cli_env
+from tests.integration.cli_helpers import cli_runner
 from tests.integration.compact_data import publish_small
-from tests.integration.trainer_data import config_toml, digits_config
+from tests.integration.trainer_data import digits_config
 
 
 def test_verify_finds_a_deleted_and_a_changed_shard(store: ObjectStore,
@@ -19,13 +18,7 @@ def test_verify_finds_a_deleted_and_a_changed_shard(store: ObjectStore,
                                                     tmp_path: Path) -> None:
     cfg = digits_config()
     v1, v2 = publish_small(store, cfg.dataset, batches=2)
-    path = tmp_path / "dataset.toml"
-    path.write_text(config_toml(cfg))
-    env = cli_env(store_settings, tmp_path)
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([EXE, "verify", "-c", str(path), *args], env=env,
-                              capture_output=True, text=True, timeout=180)
+    run = cli_runner(cfg, store_settings, tmp_path, "verify")
 
     sound = run()
     assert sound.returncode == 0, sound.stderr
