@@ -2,7 +2,8 @@
 
 - ``s3_server``: a moto S3 server (a real HTTP endpoint reached with boto3/s3fs/pyarrow).
 - ``store``: an ObjectStore on a fresh bucket per test.
-- ``spark_remote``: a Spark Connect server in local mode; ``sc://`` URL.
+- ``spark_remote``: a Spark Connect server in local mode; ``sc://`` URL; ``spark``: the
+  SparkSettings on it (ingest runs through it, as on the embedded stack).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-from shardline.core.config import StoreSettings  # noqa: E402
+from shardline.core.config import SparkSettings, StoreSettings  # noqa: E402
 from shardline.core.store import ObjectStore  # noqa: E402
 from shardline.infra import procs, services  # noqa: E402
 
@@ -62,6 +63,12 @@ def spark_remote(server_dir: Path) -> Iterator[str]:
     finally:
         close_sessions(svc.url)   # else the client retries its exit clean-up for minutes
         svc.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(spark_remote: str) -> SparkSettings:
+    """Ingest runs through the session's Spark Connect server, as on the embedded stack."""
+    return SparkSettings(remote=spark_remote)
 
 
 @pytest.fixture(scope="session")

@@ -4,14 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardline.core.config import SparkSettings
 from shardline.infra import procs, services
-
-
-@pytest.fixture(scope="session")
-def spark(spark_remote: str) -> SparkSettings:
-    """Ingest runs through the session's Spark Connect server, as on the embedded stack."""
-    return SparkSettings(remote=spark_remote)
 
 
 @pytest.fixture(scope="module")
