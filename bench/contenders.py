@@ -62,14 +62,20 @@ def numpy_gather(images: np.ndarray, labels: np.ndarray, shape: tuple[int, int, 
         yield out, torch.from_numpy(labels.take(idx))
 
 
-def raw_arrow(path: Path, shape: tuple[int, int, int]) -> Batches:
-    """Memory-mapped Arrow IPC file (one record batch), numpy gather, no framework."""
+def raw_view(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(images as a rows x bytes uint8 view, labels) of a memory-mapped raw Arrow IPC file
+    (one record batch)."""
     batch = ipc.open_file(pa.memory_map(str(path))).get_batch(0)
     col = batch.column(0)
     nbytes = col.type.byte_width
     view = np.frombuffer(col.buffers()[1], np.uint8, count=len(col) * nbytes,
                          offset=col.offset * nbytes).reshape(len(col), nbytes)
-    yield from numpy_gather(view, batch.column(1).to_numpy(), shape)
+    return view, batch.column(1).to_numpy()
+
+
+def raw_arrow(path: Path, shape: tuple[int, int, int]) -> Batches:
+    """Memory-mapped Arrow IPC file (one record batch), numpy gather, no framework."""
+    yield from numpy_gather(*raw_view(path), shape)
 
 
 class ShardlineSet:

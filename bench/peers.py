@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
 import torch
+
+from shardline.bench.contenders import raw_view
 
 PEERS = {"mds": "streaming", "litdata": "litdata"}
 CHUNK_BYTES = 64 << 20
@@ -56,21 +56,12 @@ def workers() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _raw_view(raw: Path) -> tuple[np.ndarray, np.ndarray]:
-    batch = ipc.open_file(pa.memory_map(str(raw))).get_batch(0)
-    col = batch.column(0)
-    nbytes = col.type.byte_width
-    view = np.frombuffer(col.buffers()[1], np.uint8, count=len(col) * nbytes,
-                         offset=col.offset * nbytes).reshape(len(col), nbytes)
-    return view, batch.column(1).to_numpy()
-
-
 # -- writers ----------------------------------------------------------------------------
 def write_mds(raw: Path, shape: tuple[int, int, int], out: Path) -> None:
     """The set (from the raw Arrow file) as MDS shards, written by ``MDSWriter``."""
     from streaming import MDSWriter
 
-    images, labels = _raw_view(raw)
+    images, labels = raw_view(raw)
     h, w, c = shape
     shutil.rmtree(out, ignore_errors=True)
     cols = {"image": f"ndarray:uint8:{h},{w},{c}", "label": "int64"}
@@ -81,7 +72,7 @@ def write_mds(raw: Path, shape: tuple[int, int, int], out: Path) -> None:
 
 def _litdata_items(span: tuple[int, int], raw: str, shape: tuple[int, int, int]
                    ) -> Iterator[dict[str, Any]]:
-    images, labels = _raw_view(Path(raw))
+    images, labels = raw_view(Path(raw))
     for i in range(*span):
         yield {"image": np.array(images[i].reshape(shape)), "label": int(labels[i])}
 
@@ -90,7 +81,7 @@ def write_litdata(raw: Path, shape: tuple[int, int, int], out: Path) -> None:
     """The set as LitData chunks, written by ``litdata.optimize``."""
     from litdata import optimize
 
-    rows = len(_raw_view(raw)[1])
+    rows = len(raw_view(raw)[1])
     step = max(1, rows // (4 * workers()))
     spans = [(lo, min(rows, lo + step)) for lo in range(0, rows, step)]
     shutil.rmtree(out, ignore_errors=True)
