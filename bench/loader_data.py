@@ -38,7 +38,6 @@ from shardline.core.schema import data_schema, schema_info
 from shardline.tasks.convert.shard_writer import encode_ipc
 
 FORMAT_VERSION = 3   # 2: manifests carry xxh3_128; 3: format-2 manifest + its objects
-COMPRESSIONS = ("none", "lz4")
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,6 @@ from typing import Any
 from shardline.core.config import Config, parse_config
 from shardline.core.errors import ConfigError
 
-ConfigSource = str | dict[str, Any]
-
 
 def _kind(source: object) -> str:
     if isinstance(source, Mapping):

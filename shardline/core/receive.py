@@ -20,12 +20,9 @@ count and the digest of its manifest entry, over the bytes as received).
 from __future__ import annotations
 
 import http.client
-from collections.abc import Callable
 from typing import Any
 
 from shardline.core.errors import TransientStoreError
-
-Readinto = Callable[[memoryview], int]
 
 
 class Body:
