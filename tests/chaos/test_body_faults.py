@@ -24,8 +24,7 @@ from tests.chaos.test_s3_faults import FULL, drop, outcome
 from tests.integration.ingest_helpers import dataset_config, run_pipeline
 
 pytestmark = pytest.mark.chaos
-proxy = s3_faults.proxy              # the same module-scoped fixtures (one proxy, one
-reference = s3_faults.reference      # fault-free reference ingest per module)
+reference = s3_faults.reference      # the same module-scoped fault-free reference ingest
 # a stalled body sends nothing this long; the client gives up after 8 s (not less: on a
 # loaded 2-core machine an ordinary 200 KB GET through moto took over 4 s)
 STALL_S = 20.0

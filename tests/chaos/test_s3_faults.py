@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -41,12 +40,6 @@ from tests.integration.ingest_helpers import (
 IN = "incoming/digits/"
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 pytestmark = pytest.mark.chaos
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server: services.Service) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.url, p=0.0, seed=11) as px:
-        yield px
 
 
 def drop(store: ObjectStore) -> None:

@@ -24,14 +24,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shardline.core.config import Config, StoreSettings, TrainConfig
 from shardline.core.store import ObjectStore
-from shardline.infra import services
 from shardline.infra.demo_data import (
     Digit,
     bad_jsonl_lines,
@@ -49,14 +47,9 @@ from tests.integration.ingest_helpers import dataset_config, run_pipeline
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 CYCLES = int(os.environ.get("SHARDLINE_SOAK_CYCLES", "9" if FULL else "1"))
 SEED = int(os.environ.get("SHARDLINE_SOAK_SEED", "11"))
+PROXY_SEED = SEED
 IN = "incoming/digits/"
 pytestmark = pytest.mark.chaos
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server: services.Service) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.url, p=0.0, seed=SEED) as px:
-        yield px
 
 
 def hostile_lines(c: int) -> tuple[list[str], list[str]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,8 @@ from tests.integration.trainer_data import publish_version
 
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 pytestmark = pytest.mark.chaos
+PROXY_SEED = 21
 OPTS = RunOptions(log_every=50, checkpoint_every=6)
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server: services.Service) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.url, p=0.0, seed=21) as px:
-        yield px
 
 
 def fresh(base: StoreSettings) -> ObjectStore:

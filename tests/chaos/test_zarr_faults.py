@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 
 import pytest
 
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore
-from shardline.infra import services
 from shardline.infra.demo_data import digits, jsonl_bytes, upload_zarr
 from tests.chaos.faults_proxy import FaultProxy
 from tests.integration.ingest_helpers import assert_exactly_once, dataset_config, run_pipeline
@@ -24,12 +22,7 @@ IN = "incoming/digits/"
 FULL = os.environ.get("SHARDLINE_CHAOS_FULL") == "1"
 ZARR = r"^(GET|HEAD) /[^/]+/incoming/digits/g\.zarr/"
 pytestmark = pytest.mark.chaos
-
-
-@pytest.fixture
-def proxy(s3_server: services.Service) -> Iterator[FaultProxy]:
-    with FaultProxy(s3_server.url, p=0.0, seed=7) as px:
-        yield px
+PROXY_SEED = 7
 
 
 @pytest.mark.skipif(not FULL, reason="make chaos (SHARDLINE_CHAOS_FULL=1): ~90 s")
