@@ -92,7 +92,7 @@ def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: n
     builder ingest uses."""
     compression = compression or cfg.shards.compression
     version = 1 if previous is None else previous.version + 1
-    _, labels, _ = data or digits()
+    ids, labels, _ = data or digits()
     batch = hashlib.sha256(f"{cfg.name}:{version}:{len(rows)}".encode()).hexdigest()[:16]
     run = f"run{version}"
     new: list[ShardEntry] = []
@@ -115,6 +115,8 @@ def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: n
         cfg.prefix, dataset=cfg.name, schema=schema_info(cfg), config=config_to_dict(cfg),
         parent=previous,
         batch=NewBatch(id=batch, run=run, shards=new, ids_path=ids_path,
+                       id_range=(min(ids[i] for i in rows), max(ids[i] for i in rows))
+                       if len(rows) else None,
                        sources=[SourceEntry(upload, f"etag-{version}", 0, "csv")]),
         validation=ValidationSummary(success=True, counts={"rows": len(rows), "ok": len(rows),
                                                            "quarantined": 0}))

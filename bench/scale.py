@@ -2,8 +2,9 @@
 
 Stages (each in its own process, see ``bench.scale_stages``): detect, convert (Spark), dedupe
 (the duplicate check convert's driver makes), validate (GX), publish, version read, trainer
-plan, evaluation. Three sweeps run the real code on a private moto S3 server and a local
-Spark Connect server:
+plan, evaluation; and, counted in requests in this process, correcting and deleting 100
+rows against 1 and 100 versions (``bench.scale_corrections``). Three sweeps run the real
+code on a private moto S3 server and a local Spark Connect server:
 
 - **history**: the same new batch (``rows`` rows, 10 classes) ingested on top of 1, 10, 50,
   200 published versions (the history is synthetic, see ``bench.scale_data``);
@@ -152,6 +153,17 @@ def synthetic(sizes: Sizes, work: Path, log: Callable[[str], None]) -> dict[str,
     return out
 
 
+def _corrections(srv: Servers, quick: bool, say: Callable[[str], None]
+                 ) -> list[dict[str, Any]]:
+    """The "correct 100 rows" step (``bench.scale_corrections``) at 1 and 12 / 100 versions."""
+    from shardline.bench.scale_corrections import lines, measure
+
+    points = measure(srv.store, (1, 12) if quick else (1, 100))
+    for ln in lines(points):
+        say(f"  {ln}")
+    return points
+
+
 def _guard(result: dict[str, Any], what: str, fn: Callable[[], Any],
            say: Callable[[str], None]) -> Any:
     """Run one point; a failure is recorded (and the point left out), the sweep goes on.
@@ -210,6 +222,9 @@ def run(quick: bool = False, log: Callable[[str], None] | None = None,
                 result[sweep].append(done[n, k, 1])
         for sweep, n, k in points:
             point(sweep, n, k)
+        say("correct 100 rows (and delete 100) against the history: requests")
+        result["corrections"] = _guard(result, "corrections",
+                                       lambda: _corrections(srv, quick, say), say) or []
         say("synthetic sizes")
         result["synthetic"] = _guard(result, "synthetic",
                                      lambda: synthetic(sizes, tmp / "synthetic", say), say) or {}

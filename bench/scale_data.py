@@ -126,6 +126,7 @@ def extend_history(store: ObjectStore, cfg: DatasetConfig, upto: int, rows: int,
         shards = split_shards(prefix, bid, run, rows, len(cfg.classes), cfg.holdout_fraction,
                               shards_per_batch)
         nb = NewBatch(id=bid, run=run, shards=shards, ids_path=ids_path,
+                      id_range=(ids[0].as_py(), ids[-1].as_py()) if rows else None,
                       sources=[SourceEntry(key, etag, 35, "parquet")])
         draft = build_version(prefix, dataset=cfg.name, schema=schema, config=conf,
                               parent=parent, batch=nb, holdout_fraction=cfg.holdout_fraction,

@@ -17,6 +17,7 @@ rows become a new batch, so the trainer sees them as new data. Two things differ
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core import layout
@@ -38,6 +39,14 @@ def batch_ids(store: Store, ids_key: str) -> pa.Array:
     """Every id of a batch's id file (``tasks.id_index`` format)."""
     table = ipc.open_file(pa.py_buffer(store.get_bytes(ids_key))).read_all()
     return table.column("id").combine_chunks()
+
+
+def id_range(ids: pa.Array) -> tuple[str, str] | None:
+    """The smallest and largest of ``ids`` (the batch's zone map; None: no id)."""
+    if not len(ids):
+        return None
+    mm = pc.min_max(ids)
+    return str(mm["min"].as_py()), str(mm["max"].as_py())
 
 
 def with_corrections(store: Store, draft: VersionDraft, parent: Manifest | None,

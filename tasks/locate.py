@@ -1,7 +1,10 @@
 """Where ids live in a version: the shards and row positions of their live rows.
 
 Used by deletions and corrections. The published-id index (``tasks.id_index``) says which
-batches hold an id (one probe per live batch, as the duplicate check does); only the shards
+batches hold an id: one probe per live batch whose id range (``BatchListRef.id_min`` /
+``id_max``, a zone map in the version's references) can hold one of them, so ids that
+arrive in order (sequential, time-prefixed) cost the batches that hold them, not the
+history; random ids probe every batch, as the duplicate check does. Only the shards
 of those batches are read, and of each only its ``id`` (and target) column is used. Rows a
 deletion vector masks already are not live: an id whose rows are all masked is reported as
 ``already_masked``, one no batch holds as ``unknown``.
@@ -46,11 +49,14 @@ class Located:
 def _batches_holding(store: Store, m: Manifest, ids: pa.Array, workers: int
                      ) -> dict[str, np.ndarray]:
     """Batch id -> which of ``ids`` its id file holds (batches holding none left out)."""
-    batches = m.batches
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(batches)))) as pool:
-        hits = list(pool.map(lambda b: published_mask(store, [b.ids_path], ids, workers=1),
-                             batches))
-    return {b.id: h for b, h in zip(batches, hits, strict=True) if h.any()}
+    wanted = sorted(ids.to_pylist())
+    refs = [r for r in m.batch_lists if r.may_hold(wanted)]      # the id-range zone map
+    if not refs:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(refs)))) as pool:
+        hits = list(pool.map(lambda r: published_mask(store, [r.ids_path], ids, workers=1),
+                             refs))
+    return {r.batch: h for r, h in zip(refs, hits, strict=True) if h.any()}
 
 
 def read_ids_of(store: Store, s: ShardEntry) -> tuple[pa.Array, pa.Array | None]:

@@ -23,6 +23,7 @@ A batch with corrections (``tasks.corrections``) also masks the parent's rows of
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +47,7 @@ from shardline.core.schema import schema_info
 from shardline.core.store import Store
 from shardline.tasks.convert.shard_writer import WrittenShard
 from shardline.tasks.convert.stage import Converted
-from shardline.tasks.corrections import batch_ids, has_corrections, with_corrections
+from shardline.tasks.corrections import batch_ids, has_corrections, id_range, with_corrections
 from shardline.tasks.ledger import load_published_ids, write_claim
 from shardline.tasks.validate import ValidationReport
 
@@ -184,11 +185,14 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
         raise ShardlineError(f"batch {conv.batch.id} did not pass validation; not publishing")
     data, quarantine = _entries(store, cfg, conv)
     ids_path = layout.ids_key(cfg.prefix, conv.batch.id, conv.run_id)
-    batch = _new_batch(cfg, conv, [e for _, e in data], [e for _, e in quarantine], ids_path)
+    ids = batch_ids(store, conv.ids_key)          # O(new): the batch's own id file
+    batch = dataclasses.replace(
+        _new_batch(cfg, conv, [e for _, e in data], [e for _, e in quarantine], ids_path),
+        id_range=id_range(ids))
     schema, config = schema_info(cfg), config_to_dict(cfg)
     validation = ValidationSummary.from_dict(report.summary(), f"batch {conv.batch.id}")
     copied: list[str] = []
-    fixes = batch_ids(store, conv.ids_key) if has_corrections(cfg, conv.batch) else None
+    fixes = ids if has_corrections(cfg, conv.batch) else None
     for attempt in range(max_attempts):
         latest = latest_manifest(store, cfg.prefix)
         done = latest.batch(conv.batch.id) if latest else None

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest
 from shardline.core.replace import is_compaction
 from shardline.core.store import Store
@@ -83,5 +84,13 @@ def label_changes(store: Store, older: Manifest, newer: Manifest,
 
 
 def compaction_between(read: Any, older: int, newer: int) -> bool:
-    """Whether a version in (older, newer] is a compaction (``read``: version -> Manifest)."""
-    return any(is_compaction(read(v)) for v in range(older + 1, newer + 1))
+    """Whether a version in (older, newer] is a compaction (``read``: version -> Manifest);
+    a version that cannot be read (expired, an older format) counts as one: its changes
+    cannot be vouched for."""
+    for v in range(older + 1, newer + 1):
+        try:
+            if is_compaction(read(v)):
+                return True
+        except StoreError:
+            return True
+    return False

@@ -72,6 +72,7 @@ class NewBatch:
     sources: list[SourceEntry] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)   # quarantined rows per rule
     stats: dict[str, Any] | None = None     # per-field statistics (core.field_stats)
+    id_range: tuple[str, str] | None = None  # smallest and largest id (a zone map)
 
     @property
     def rows(self) -> int:
@@ -216,6 +217,9 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
     new_ref = batch_list_ref(prefix, objects, version, new)
     if batch.stats:
         new_ref = dataclasses.replace(new_ref, stats=batch.stats)
+    if batch.id_range is not None:
+        new_ref = dataclasses.replace(new_ref, id_min=batch.id_range[0],
+                                      id_max=batch.id_range[1])
     stats = merge_stats(parent.stats if parent is not None else None, batch.stats) \
         if batch.stats or (parent is not None and parent.stats) else None
 

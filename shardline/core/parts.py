@@ -8,6 +8,7 @@ format bump. Incompatible changes bump the document ``format`` instead.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 from collections.abc import Callable
@@ -197,6 +198,17 @@ class BatchListRef(Part):
     # Per-field statistics of the batch's rows (typed fields; ``core.field_stats``), merged
     # over its shards. None: not recorded (the shorthand's datasets, older versions).
     stats: dict[str, Any] | None = None
+    # The smallest and largest id of the batch (a zone map: a lookup by id skips a batch
+    # whose range cannot hold it). None: not recorded (older versions): always probed.
+    id_min: str | None = None
+    id_max: str | None = None
+
+    def may_hold(self, ids: list[str]) -> bool:
+        """Whether any of ``ids`` (sorted) may be in the batch (by its id range)."""
+        if self.id_min is None or self.id_max is None:
+            return True
+        i = bisect.bisect_left(ids, self.id_min)
+        return i < len(ids) and ids[i] <= self.id_max
 
     def entry(self) -> BatchEntry:
         return BatchEntry(id=self.batch, version=self.version, rows=self.rows,

@@ -117,7 +117,8 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
                              f"which {rw.masked_rows} masked")
         new = dataclasses.replace(old, run=run, shards=shards, rows=old.rows - rw.masked_rows)
         refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
-                                        sources=old_ref.sources, stats=old_ref.stats))
+                                        sources=old_ref.sources, stats=old_ref.stats,
+                                        id_min=old_ref.id_min, id_max=old_ref.id_max))
     missing = set(rewrites) - {r.batch for r in refs}
     if missing:
         raise StoreError(f"batches {sorted(missing)} are not live in version {parent.version}")

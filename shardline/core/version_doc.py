@@ -93,6 +93,15 @@ def check_digest(data: bytes, key: str, expect_sha256: str | None) -> None:
             )
 
 
+def drop_unset(refs: list[dict[str, Any]]) -> None:
+    """Leave out a batch-list reference's optional fields that are unset, so documents
+    written before they existed keep their bytes."""
+    for ref in refs:
+        for name in ("stats", "id_min", "id_max"):
+            if ref.get(name) is None:
+                ref.pop(name, None)
+
+
 class UnsupportedFormat(PermanentStoreError):
     """A manifest object in a format this shardline does not read (``found``)."""
 
@@ -175,7 +184,9 @@ class Checkpoint:
     kind: str = "checkpoint"
 
     def to_dict(self) -> dict[str, Any]:
-        return to_dict(self)
+        out = to_dict(self)
+        drop_unset(out.get("batch_lists", []))
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], key: str) -> Checkpoint:
@@ -231,9 +242,7 @@ class VersionDoc:
         for optional in ("stats", "deletions", "changes"):
             if out.get(optional) is None:
                 out.pop(optional, None)
-        for ref in out.get("batch_lists", []):
-            if ref.get("stats") is None:
-                ref.pop("stats", None)
+        drop_unset(out.get("batch_lists", []))
         return out
 
     @classmethod

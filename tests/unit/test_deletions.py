@@ -60,3 +60,16 @@ def test_documents_without_deletions_keep_their_bytes_and_with_them_read_back() 
         changes=ChangeSummary(kind="delete", deleted=4))
     back = VersionDoc.from_dict(with_dels.to_dict(), "v")
     assert back == with_dels and VersionDoc.from_dict(plain, "v") == doc
+
+
+def test_id_ranges_skip_batches_and_unset_ones_keep_the_bytes() -> None:
+    bucket = Bucket()
+    doc = publish(bucket, None, 1).doc
+    ref = doc.batch_lists[0]
+    assert ref.id_min is None and "id_min" not in doc.to_dict()["batch_lists"][0]
+    assert ref.may_hold(["anything"])                        # no range recorded: probed
+    ranged = dataclasses.replace(ref, id_min="d00100", id_max="d00199")
+    assert ranged.may_hold(["d00050", "d00150"]) and ranged.may_hold(["d00199"])
+    assert not ranged.may_hold(["d00050", "d00200", "e"]) and not ranged.may_hold([])
+    back = VersionDoc.from_dict(dataclasses.replace(doc, batch_lists=[ranged]).to_dict(), "v")
+    assert back.batch_lists[0] == ranged
