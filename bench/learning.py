@@ -149,6 +149,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--holdout", type=float, default=0.3, help="held-out fraction (more rows: "
                    "less noise; digits is small)")
     p.add_argument("--alpha", type=float, default=d.gate_alpha)
+    p.add_argument("--logit-adjust", type=int, choices=(0, 1), default=int(d.logit_adjust),
+                   help="1: the update's loss corrects its class mix (trainer.balance)")
+    p.add_argument("--distill", type=float, default=d.distill,
+                   help="weight of the parent's answers in an update (trainer.distill); 0 off")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = p.parse_args(argv)
     args.scratch_epochs = args.scratch_epochs or args.epochs
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     train_kw = dict(epochs=args.epochs, replay_ratio=args.replay, lr=args.lr, width=args.width,
                     batch_size=args.batch_size, holdout_fraction=args.holdout,
                     shuffle_window=TrainConfig().shuffle_window, gate_alpha=args.alpha,
+                    logit_adjust=bool(args.logit_adjust), distill=args.distill,
                     cache_dir=str(work / "cache"))
     cfg = digits_config(name=f"{args.scenario}-bench", **train_kw)
     if args.scenario != "digits":

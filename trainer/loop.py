@@ -20,6 +20,7 @@ from torchdata.nodes import Loader
 
 from shardline.core.fields import DatasetInfo
 from shardline.trainer.device import Placement
+from shardline.trainer.distill import Distill
 from shardline.trainer.objectives import Objective
 from shardline.trainer.stream import Batch, ShardStream
 
@@ -74,17 +75,26 @@ Step = Callable[[nn.Module, dict[str, Any]], tuple[torch.Tensor, int, torch.Tens
 
 
 def make_step(info: DatasetInfo, objective: Objective,
-              hook: Callable[..., Any] | None = None) -> Step:
+              hook: Callable[..., Any] | None = None, shift: torch.Tensor | None = None,
+              keep: Distill | None = None) -> Step:
     """The loss of a batch: the target kind's (``trainer.objectives``) on the model's output
-    for the raw fields, or the user's ``step`` hook (``trainer.factory.Hooks``)."""
+    for the raw fields, or the user's ``step`` hook (``trainer.factory.Hooks``).
+
+    ``shift`` (a class target's, on the model's device): added to the logits in the loss
+    only, the prior correction of an update whose class mix is not the data's
+    (``trainer.balance``); the training accuracy is the unshifted model's. ``keep``: the
+    parent's answers distilled into the known classes' outputs (``trainer.distill``)."""
     names, target = [f.name for f in info.fields], info.target.name
 
     def builtin(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int,
                                                                   torch.Tensor | None]:
         out = model({n: batch[n] for n in names})
         y = batch[target]
-        return objective.loss(out, y), int(y.shape[0]), \
-            objective.row_score(out.detach(), y).sum()
+        fitted = out if shift is None else out.float() + shift
+        loss = objective.loss(fitted, y)
+        if keep is not None:
+            loss = loss + keep.loss(out, {n: batch[n] for n in names})
+        return loss, int(y.shape[0]), objective.row_score(out.detach(), y).sum()
 
     def user(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int,
                                                                torch.Tensor | None]:

@@ -77,6 +77,9 @@ def move(registry: ModelRegistry, action: str, by: str, reason: str = "",
         "accuracy": ((meta.get("metrics") or {}).get("after") or {}).get("accuracy"),
         "dataset_version": meta.get("dataset_version"),
         "history": hist if number in hist else [*hist, number]}
+    best = promoted.pointer.get("best") if promoted is not None else None
+    if isinstance(best, int) and not isinstance(best, bool) and best in why["history"]:
+        why["best"] = best      # the model candidates are held to stays, whoever moves live
     if action == "pin":
         why["pinned"] = {"by": by, "reason": reason}
     try:

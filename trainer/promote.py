@@ -111,10 +111,21 @@ def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
     decision = gate(after.rows, live, others, upto, rules(train, metric),
                     after.rows_known, start.parent_classes)
     if start.promoted is not None and live is None:
-        decision = Decision(decision.promote, f"promoted model {live_n} cannot be evaluated "
-                            "on this data (other input shape or classes); "
-                            + decision.reason, decision.evidence)
+        decision = Decision(decision.promote, f"{_not_scored(start)}; {decision.reason}",
+                            decision.evidence)
     return decision
+
+
+def _not_scored(start: Start) -> str:
+    """Why the live model has no scores on this run's rows (the reason's first clause)."""
+    n = start.parent_number
+    build = (start.parent_meta or {}).get("build")
+    factory = build.get("factory") if isinstance(build, dict) else None
+    if not start.from_parent:
+        return (f"live model {n} (built by {factory or 'a factory it does not record'}) is "
+                "not scored on these rows: it was built differently and this run's code does "
+                "not rebuild it (code is never imported from the registry)")
+    return f"live model {n} could not be scored on these rows"
 
 
 def promote(registry: ModelRegistry, model_number: int, start: Start, decision: Decision,

@@ -28,6 +28,7 @@ from shardline.core.errors import StoreError
 from shardline.core.store import Store
 from shardline.trainer import dist
 from shardline.trainer.accel import apply_backends, compiled, plan_step
+from shardline.trainer.balance import logit_shift
 from shardline.trainer.candidate import finish
 from shardline.trainer.checkpoint import (
     load_model_tensors,
@@ -38,6 +39,7 @@ from shardline.trainer.checkpoint import (
 from shardline.trainer.context import RunContext, open_context
 from shardline.trainer.device import choose
 from shardline.trainer.dist import DistInfo
+from shardline.trainer.distill import Distill
 from shardline.trainer.evaluate import EvalResult, evaluate
 from shardline.trainer.factory import build
 from shardline.trainer.loader import eval_batches, make_train_loader
@@ -148,7 +150,8 @@ class _Trainer:
             checkpoint_every=ctx.options.checkpoint_every,
             curve_every=ctx.options.curve_every, is_main=ctx.info.is_main)
         resumed_at = state.step if progress is not None else None
-        step = make_step(ctx.data, ctx.objective, ctx.hooks.step)
+        step = make_step(ctx.data, ctx.objective, ctx.hooks.step, self._shift(),
+                         self._keep(model))
         state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
                          ctx.info.world, step)
         # a resumed run's saved evaluations carry no per-row results: the gate needs them
@@ -167,6 +170,30 @@ class _Trainer:
                            window_rows=t.shuffle_window, window_min_shards=spec.window_min_shards,
                            pin_memory=self.ctx.place.cuda, lookahead_bytes=self.lookahead,
                            arena_bytes=spec.arena_bytes)
+
+    def _shift(self) -> torch.Tensor | None:
+        """The loss's prior correction (``trainer.balance``) for a class target, if any."""
+        ctx = self.ctx
+        if not ctx.cfg.train.logit_adjust or ctx.objective.kind != "class" \
+                or ctx.hooks.step is not None:
+            return None
+        shift = logit_shift(ctx.manifest.shard_columns, ctx.plan,
+                            ctx.objective.target.num_outputs)
+        if shift is not None and ctx.info.is_main:
+            log.info("class mix of this update differs from the data's: loss logits shifted "
+                     "by log(stream/data prior), %.2f to %.2f", float(shift.min()),
+                     float(shift.max()))
+        return None if shift is None else shift.to(ctx.place.device)
+
+    def _keep(self, model: torch.nn.Module) -> Distill | None:
+        """The parent distilled into the update (``trainer.distill``), for a class target
+        continuing a parent; before any step, so ``model`` holds the parent's weights."""
+        ctx, t = self.ctx, self.ctx.cfg.train
+        if t.distill <= 0 or not ctx.start.from_parent or ctx.objective.kind != "class" \
+                or ctx.hooks.step is not None:
+            return None
+        known = ctx.start.parent_classes or ctx.objective.target.num_outputs
+        return Distill.of(model, known, t.distill)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         model = compiled(model, self.step)

@@ -16,18 +16,28 @@ from typing import Any
 import typer
 
 
-def _train(config: str, version: int | None, use_flow: bool) -> dict[str, Any]:
-    if use_flow and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+def _train(config: str, version: int | None, use_flow: bool,
+           processes: int = 1) -> dict[str, Any]:
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if use_flow and not under_torchrun:
         from shardline.flows.train import train as train_flow
 
-        return train_flow(config=config, version=version)
+        return train_flow(config=config, version=version, processes=processes)
     from shardline.core.config import StoreSettings, load_config
+    from shardline.core.manifest import resolve_version
     from shardline.core.store import ObjectStore
+    from shardline.tasks.launch import processes_for, train_ranks
     from shardline.trainer.run import train
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
-    return train(load_config(config), ObjectStore(StoreSettings.from_env()), version).to_dict()
+    cfg, store = load_config(config), ObjectStore(StoreSettings.from_env())
+    ranks = 1 if under_torchrun else processes_for(processes)
+    if ranks > 1:       # torchrun ranks on this machine, each calling the trainer
+        number = resolve_version(store, cfg.dataset.prefix, version).version
+        return train_ranks(cfg, store.settings, number, ranks,
+                           log=lambda line: print(line, file=sys.stderr)).to_dict()
+    return train(cfg, store, version).to_dict()
 
 
 def check_train(config: str, version: int | None, use_flow: bool) -> None:
@@ -72,6 +82,10 @@ def register(app: typer.Typer) -> None:
         use_flow: bool = typer.Option(True, "--flow/--no-flow",
                                       help="run as the Prefect `train` flow (artifacts in the "
                                            "UI) or call the trainer directly"),
+        processes: int = typer.Option(1, "--processes", "-p", min=0,
+                                      help="training processes on this machine (torchrun "
+                                           "ranks, DDP: one per GPU; gloo on the CPU); 0: one "
+                                           "per visible GPU"),
     ) -> None:
         """Train on a dataset version, continuing from the promoted model."""
         from shardline.cli.common import prepare
@@ -81,7 +95,7 @@ def register(app: typer.Typer) -> None:
         prepare()
         try:
             check_train(config, version, use_flow)
-            result = _train(config, version, use_flow)
+            result = _train(config, version, use_flow, processes)
         except ShardlineError as exc:
             fail(exc, as_json)
         if as_json:

@@ -275,6 +275,15 @@ class TrainConfig:
                                 description="env SHARDLINE_CACHE_MAX_GB overrides")
     fetch_threads: Positive = 4
     compile: Bool = False
+    logit_adjust: Bool = Field(
+        default=True, description="class targets: an update whose class mix is not the "
+                                  "data's (new rows whole, older ones sampled) shifts the "
+                                  "loss's logits by log(stream prior / data prior), against "
+                                  "the recency bias of classes that grow (trainer.balance)")
+    distill: Float = Field(
+        default=1.0, ge=0.0, description="class targets: weight of the parent's answers on "
+                                         "its classes, distilled into an update against "
+                                         "forgetting (trainer.distill); 0 off")
     model_args: dict[Str, Any] = Field(
         default_factory=dict, description="keyword arguments of the model factory "
                                           "([train.model_args])")
