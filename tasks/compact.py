@@ -41,6 +41,7 @@ from shardline.core.parts import ShardEntry
 from shardline.core.replace import Rewrite, build_compaction
 from shardline.core.schema import data_schema
 from shardline.core.store import Store
+from shardline.tasks.compact_ids import pruned_id_files
 from shardline.tasks.compact_plan import CompactionPlan, Group, MiB, plan
 from shardline.tasks.compact_rewrite import output_key, rewrite_bin
 
@@ -205,7 +206,9 @@ def compact(store: Store, cfg: DatasetConfig, *, min_mb: float | None = None,
             return CompactResult(cfg.name, None, latest.version, False, dry_run, p.to_dict(),
                                  time.perf_counter() - t0, attempt, deleted_unused=gone)
         rewrites = _rewrites(p, outs, _schema(cfg, latest))
-        draft = build_compaction(cfg.prefix, latest, rewrites, run, rows_rewritten=p.rows)
+        draft = build_compaction(cfg.prefix, latest, rewrites, run, rows_rewritten=p.rows,
+                                 id_files=pruned_id_files(store, cfg.prefix, latest,
+                                                          p.groups, run))
         if time.perf_counter() - t0 > 0.9 * cfg.sweep_after_minutes * 60:
             # an ingest's sweep may already have taken the young-looking outputs as litter
             store.delete(outs.unused(set()))

@@ -100,9 +100,13 @@ def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
 
 
 def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite], run: str,
-                     *, rows_rewritten: int) -> VersionDraft:
-    """The version after ``parent`` with the batch lists of ``rewrites`` replaced."""
+                     *, rows_rewritten: int,
+                     id_files: dict[str, tuple[str, bytes]] | None = None) -> VersionDraft:
+    """The version after ``parent`` with the batch lists of ``rewrites`` replaced.
+    ``id_files``: batch -> (key, bytes) of a new id file for it (its masked rows' ids
+    left out, ``tasks.compact_ids``), written with the version and named by it."""
     objects: dict[str, bytes] = {}
+    id_files = id_files or {}
     refs: list[BatchListRef] = []
     old_refs = parent.batch_lists
     for old_ref, old in zip(old_refs, parent.read_lists(old_refs), strict=True):
@@ -116,9 +120,15 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
                              f"{sum(s.rows for s in shards)} rows, the batch {old.rows} of "
                              f"which {rw.masked_rows} masked")
         new = dataclasses.replace(old, run=run, shards=shards, rows=old.rows - rw.masked_rows)
+        if old.batch in id_files:
+            key, body = id_files[old.batch]
+            objects[key] = body
+            new = dataclasses.replace(new, ids_path=key)
+        dropped = rw.masked_rows > 0          # the id range may name a deleted id
         refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
                                         sources=old_ref.sources, stats=old_ref.stats,
-                                        id_min=old_ref.id_min, id_max=old_ref.id_max))
+                                        id_min=None if dropped else old_ref.id_min,
+                                        id_max=None if dropped else old_ref.id_max))
     missing = set(rewrites) - {r.batch for r in refs}
     if missing:
         raise StoreError(f"batches {sorted(missing)} are not live in version {parent.version}")
