@@ -11,24 +11,32 @@ rows become a new batch, so the trainer sees them as new data. Two things differ
   the parent version (``tasks.locate``: the id index, then only the touched batches'
   shards) and adds a deletion vector per touched shard (``core.change.add_masks``); the
   document records ``changes: {kind: correct, updated: N}``. A lost race locates again on
-  the new latest version.
+  the new latest version. A correction row whose id a deletion removed (its rows all
+  masked) is masked too (counted as ``deleted``): a correction never brings a deleted id
+  back (after a compaction the id is out of the id index: such a row is ``unknown_id``).
 """
 
 from __future__ import annotations
 
+import logging
+
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from shardline.core import layout
 from shardline.core.builder import VersionDraft
-from shardline.core.change import add_masks
+from shardline.core.change import Masked, add_masks
 from shardline.core.config import DatasetConfig
 from shardline.core.deletions import ChangeSummary
 from shardline.core.manifest import Manifest
 from shardline.core.store import Store
+from shardline.core.version_doc import BatchList
 from shardline.tasks.batch import Batch
-from shardline.tasks.locate import locate
+from shardline.tasks.locate import locate, read_ids_of
+
+log = logging.getLogger(__name__)
 
 
 def has_corrections(cfg: DatasetConfig, batch: Batch) -> bool:
@@ -57,7 +65,30 @@ def with_corrections(store: Store, draft: VersionDraft, parent: Manifest | None,
     if parent is None or not len(ids):
         return draft
     found = locate(store, parent, ids)
-    if not found.masked:
+    kept_deleted = _own_rows(store, draft, found.already_masked)
+    if not found.masked and not kept_deleted:
         return draft
-    return add_masks(draft, parent, found.masked, run,
-                     ChangeSummary(kind="correct", updated=found.rows))
+    if kept_deleted:
+        log.warning("%d correction row(s) name ids whose rows were deleted (e.g. %r): they "
+                    "stay deleted, masked in the new version", sum(len(m.rows) for m in
+                                                                  kept_deleted),
+                    found.already_masked[0])
+    return add_masks(draft, parent, [*found.masked, *kept_deleted], run, ChangeSummary(
+        kind="correct", updated=found.rows,
+        deleted=sum(len(m.rows) for m in kept_deleted)))
+
+
+def _own_rows(store: Store, draft: VersionDraft, ids: list[str]) -> list[Masked]:
+    """The rows of ``draft``'s own batch whose id is one of ``ids`` (ids a deletion
+    removed: a correction does not bring them back)."""
+    ref = draft.doc.own_ref
+    if not ids or ref is None:
+        return []
+    want = pa.array(ids, pa.string())
+    out = []
+    for s in BatchList.from_bytes(draft.objects[ref.key], ref.key).shards:
+        col, _ = read_ids_of(store, s)
+        pos = np.flatnonzero(pc.is_in(col, value_set=want).to_numpy(zero_copy_only=False))
+        if len(pos):
+            out.append(Masked(s, pos))
+    return out

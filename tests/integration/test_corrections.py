@@ -112,3 +112,15 @@ def test_corrections_replace_rows_and_the_trainer_follows(store: ObjectStore) ->
         {"model": 2, "dataset_version": 3, "parent": 1}])
     assert [(r["corrected"], r["deleted"]) for r in rows] == [(0, 0), (100, 2)]
     assert rows[1]["changes"] == "v2: 100 corrected; v3: 2 deleted"
+
+    # a correction of a deleted id does not bring it back; one of a live id does
+    again = [dataclasses.replace(d, label=(d.label + 2) % 10) for d in digits(5, 6)]
+    other = [dataclasses.replace(d, label=(d.label + 3) % 10) for d in digits(10, 11)]
+    store.put_bytes(f"{cfg.incoming}corrections/week2.jsonl", jsonl_bytes(again + other))
+    assert len(_ingest(store, cfg, "r3")) == 1
+    m4 = latest_manifest(store, cfg.prefix)
+    assert m4 is not None and m4.version == 4 and m4.doc.changes is not None
+    assert (m4.doc.changes.updated, m4.doc.changes.deleted) == (1, 1)
+    t4 = shardline.open_dataset(cfg, store=store).to_table(columns=["id", "label"])
+    now = dict(zip(t4.column("id").to_pylist(), t4.column("label").to_pylist(), strict=True))
+    assert "d00005" not in now and now["d00010"] == other[0].label and len(now) == 298
