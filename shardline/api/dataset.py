@@ -137,7 +137,8 @@ class Dataset:
     def to_dataset(self, new_only: bool = False,
                    shards: list[ShardEntry] | None = None) -> pads.Dataset:
         """A ``pyarrow.dataset`` over exactly the listed files, with the recorded schema (for
-        a split: its files, mixed shards unmasked; ``to_table`` masks them)."""
+        a split: its files, mixed shards unmasked; rows deleted by a deletion vector are in
+        the files too: ``to_table`` / ``to_pandas`` leave both out)."""
         import pyarrow.dataset as pads
 
         paths = ([f"{self.store.bucket}/{s.path}" for s in shards] if shards is not None

@@ -12,13 +12,17 @@ Convert runs shardline's own task code in-process (``convert_group`` + ``assembl
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from typer.testing import CliRunner
 
 import shardline
-from shardline.core.config import DatasetConfig
+from shardline.cli.main import app
+from shardline.core.config import Config, DatasetConfig, StoreSettings
 from shardline.core.idhash import dataset_fraction, holdout_ids
 from shardline.core.manifest import latest_manifest
 from shardline.core.parts import HOLDOUT
@@ -36,7 +40,9 @@ from shardline.trainer.holdout import id_hash64
 from shardline.trainer.plan import make_plan
 from shardline.trainer.registry_view import with_changes_seen
 from shardline.trainer.shard_file import ShardIndex
+from tests.integration.cli_helpers import cli_env
 from tests.integration.ingest_helpers import dataset_config, quarantined_rows
+from tests.integration.trainer_data import config_toml
 
 
 def _ingest(store: ObjectStore, cfg: DatasetConfig, run: str) -> list:
@@ -51,7 +57,8 @@ def _rows(store: ObjectStore, path: str) -> pa.Table:
     return pa.ipc.open_file(pa.py_buffer(store.get_bytes(path))).read_all()
 
 
-def test_corrections_replace_rows_and_the_trainer_follows(store: ObjectStore) -> None:
+def test_corrections_replace_rows_and_the_trainer_follows(
+        store: ObjectStore, store_settings: StoreSettings, tmp_path: Path) -> None:
     cfg = dataset_config()
     store.put_bytes(f"{cfg.incoming}a.jsonl", jsonl_bytes(digits(0, 300)))
     assert len(_ingest(store, cfg, "r1")) == 1
@@ -100,6 +107,12 @@ def test_corrections_replace_rows_and_the_trainer_follows(store: ObjectStore) ->
     assert [(c["id"], c["old"], c["new"]) for c in d.labels.changed] == \
         [(f.id, str(o.label), str(f.label)) for f, o in zip(fixed, digits(0, 100), strict=True)]
     assert d.labels.deleted == [] and d.labels.complete
+    path = tmp_path / "dataset.toml"
+    path.write_text(config_toml(Config(dataset=cfg)))
+    out = CliRunner().invoke(app, ["diff", "-c", str(path), "--from", "1", "--to", "2",
+                                   "--json"], env=cli_env(store_settings, tmp_path))
+    assert out.exit_code == 0, out.output
+    assert [c["id"] for c in json.loads(out.output)["changed"]] == [f.id for f in fixed]
     delete_ids(store, cfg, ["d00005", "d00200"])
     d3 = shardline.open_dataset(cfg, 2, store=store).diff(3)
     assert [x["id"] for x in d3.labels.deleted] == ["d00005", "d00200"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import shardline
@@ -93,6 +94,8 @@ def test_deleted_ids_are_absent_from_every_reader_and_the_version_before_is_unch
     table = ds.to_table()
     assert table.num_rows == 550 and not set(gone) & set(table.column("id").to_pylist())
     assert len(ds.to_pandas()) == 550
+    threes = ds.to_table(columns=["id"], filter=pc.field("label") == 3).column("id")
+    assert 0 < len(threes) < 100 and not set(gone) & set(threes.to_pylist())
     served = _ids_served(ds, tmp_path / "c1")                 # shuffled, one epoch
     assert len(served) == len(set(served)) == 550 and not set(gone) & set(served)
     fixed = _ids_served(ds, tmp_path / "c2", shuffle=False)   # the fixed-order pass
