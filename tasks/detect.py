@@ -99,8 +99,8 @@ def resolve_scope(store: Store, cfg: DatasetConfig, scope: Scope) -> Scope:
 def settle_scope(store: Store, cfg: DatasetConfig, scope: Scope
                  ) -> tuple[str, str | None] | None:
     """(prefix, start after) that settle watches for ``scope``: the pending keys of an
-    event run, the listed part of ``incoming/`` of a reconciling one; None for given keys
-    (nothing to wait for)."""
+    event run, the newest part of ``incoming/`` of a reconciling one (after the main
+    stream's mark); None for given keys (nothing to wait for)."""
     if scope.keys:
         return None
     if scope.events:
@@ -108,7 +108,7 @@ def settle_scope(store: Store, cfg: DatasetConfig, scope: Scope
     if not cfg.incremental_listing or scope.full:
         return cfg.incoming, None
     state = listing.read_state(store, cfg.prefix)
-    return cfg.incoming, state.start_after if state is not None else None
+    return cfg.incoming, state.marks.get("") if state is not None else None
 
 
 def keyed_sources(store: Store, cfg: DatasetConfig, keys: Iterable[str]) -> list[Source]:
@@ -143,10 +143,11 @@ def listed_sources(store: Store, cfg: DatasetConfig, full: bool
     now = store_now(store, cfg.prefix) if state is not None and state.full_at else None
     plan = listing.plan_listing(state, cfg.incremental_listing, every, now, full)
     log.info("listing s3://%s/%s: %s", store.bucket, cfg.incoming, plan.why)
-    sources = group_sources(store.list(cfg.incoming, plan.start_after))
+    sources = group_sources(listing.list_incoming(store, cfg.incoming,
+                                                  None if plan.full else plan.marks))
     full_at = (now or store_now(store, cfg.prefix)) if plan.full else \
         (state.full_at if state else None)
-    return sources, (state, listing.ListingState(plan.start_after, full_at))
+    return sources, (state, listing.ListingState(plan.marks, full_at))
 
 
 def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | None:
@@ -183,12 +184,12 @@ def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | 
 
 def _record_listing(store: Store, cfg: DatasetConfig, sources: list[Source],
                     done: set[tuple[str, str]], state: Recorded) -> None:
-    """Move the high-water mark (``tasks.listing.next_start_after``) if it changed."""
+    """Move the high-water marks (``tasks.listing.next_marks``) if they changed."""
     before, listed = state
-    nxt = listing.next_start_after(cfg.incoming, [s.key for s in sources],
-                                   [s.key for s in sources if (s.key, s.etag) not in done],
-                                   listed.start_after)
-    new = listing.ListingState(nxt, listed.full_at)
+    marks = listing.next_marks(cfg.incoming, [s.key for s in sources],
+                               [s.key for s in sources if (s.key, s.etag) not in done],
+                               listed.marks)
+    new = listing.ListingState(marks, listed.full_at)
     if new != before:
         listing.write_state(store, cfg.prefix, new)
 

@@ -32,32 +32,31 @@ def cfg(incremental: bool = True, every_h: float = 168.0):
 
 
 # -- the decisions ----------------------------------------------------------------------
-@pytest.mark.parametrize(("state", "incremental", "now", "force", "full", "after"), [
-    (None, True, T, False, True, None),                                  # nothing recorded
-    (listing.ListingState("m", None), True, T, False, True, None),     # never listed in full
-    (listing.ListingState("m", T - WEEK), True, T, False, True, None),      # full is due
-    (listing.ListingState("m", T - timedelta(days=6)), True, T, False, False, "m"),
-    (listing.ListingState("m", T - timedelta(days=6)), True, T, True, True, None),  # --full
-    (listing.ListingState("m", T - timedelta(days=6)), False, T, False, True, None),  # off
-    (listing.ListingState(None, T), True, T, False, False, None),      # incremental, empty
+@pytest.mark.parametrize(("state", "incremental", "now", "force", "full", "marks"), [
+    (None, True, T, False, True, {}),                                    # nothing recorded
+    (listing.ListingState({"": "m"}, None), True, T, False, True, {}),       # never listed in full
+    (listing.ListingState({"": "m"}, T - WEEK), True, T, False, True, {}),        # full is due
+    (listing.ListingState({"": "m"}, T - timedelta(days=6)), True, T, False, False, {"": "m"}),
+    (listing.ListingState({"": "m"}, T - timedelta(days=6)), True, T, True, True, {}),  # --full
+    (listing.ListingState({"": "m"}, T - timedelta(days=6)), False, T, False, True, {}),  # off
+    (listing.ListingState({}, T), True, T, False, False, {}),        # incremental, empty
 ])
-def test_plan_listing(state, incremental, now, force, full, after):
+def test_plan_listing(state, incremental, now, force, full, marks):
     plan = listing.plan_listing(state, incremental, WEEK, now, force)
-    assert (plan.full, plan.start_after) == (full, after) and plan.why
+    assert (plan.full, plan.marks) == (full, marks) and plan.why
 
 
 def test_the_mark_stays_before_the_oldest_unresolved_partition_else_the_newest():
     keys = [f"{IN}2026-11-24/a.jsonl", f"{IN}2026-11-25/b.jsonl", f"{IN}2026-11-26/c.jsonl"]
-    resolved_all = listing.next_start_after(IN, keys, [], "old")
-    waiting = listing.next_start_after(IN, keys, [keys[1]], "old")
-    nothing = listing.next_start_after(IN, [], [], "old")
-    assert nothing == "old"
+    resolved_all = listing.next_marks(IN, keys, [], {"": "old"})[""]
+    waiting = listing.next_marks(IN, keys, [keys[1]], {"": "old"})[""]
+    assert listing.next_marks(IN, [], [], {"": "old"}) == {"": "old"}
     # the newest partition is listed again (uploads may still land in it), nothing before
     assert [k for k in keys if k > resolved_all] == keys[2:]
     assert [k for k in keys if k > waiting] == keys[1:]
     # flat keys: the partition is the name; StartAfter excludes only keys before it
     flat = [f"{IN}hist-000001.parquet", f"{IN}hist-000002.parquet"]
-    mark = listing.next_start_after(IN, flat, [flat[1]], None)
+    mark = listing.next_marks(IN, flat, [flat[1]], {})[""]
     assert [k for k in flat if k > mark] == flat[1:]
 
 
@@ -157,3 +156,23 @@ def test_a_full_listing_comes_back_on_schedule_and_off_means_always(tmp_path):
     off = cfg(incremental=False)
     assert settle_scope(store, off, Scope()) == (IN, None)
     assert len(detect(store, off).sources) == 2
+
+
+def test_corrections_are_a_stream_of_their_own_that_hides_no_new_date(tmp_path):
+    inner, c = FolderStore(tmp_path), cfg()
+    for d in range(1, 11):
+        _upload(inner, f"{IN}2026-11-{d:02d}/x.jsonl")
+        _upload(inner, f"{IN}corrections/2026-11-{d:02d}/fix.jsonl")
+    store = CountingStore(inner)
+    batch = detect(store, c)
+    assert batch is not None and len(batch.sources) == 20
+    write_claim(inner, c, batch, 1)
+    assert detect(store, c) is None
+    new = _upload(inner, f"{IN}2026-11-11/x.jsonl")      # sorts before corrections/
+    fix = _upload(inner, f"{IN}corrections/2026-11-11/fix.jsonl")
+    store.counts.ops.clear()
+    batch = detect(store, c)
+    assert batch is not None and sorted(s.key for s in batch.sources) == [new.key, fix.key]
+    # each stream from its own mark: its newest old partition and the new one, plus the
+    # first corrections key the main stream's listing meets before it jumps over the folder
+    assert _requests(store, "list_entries") == 2 + 1 + 2
