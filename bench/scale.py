@@ -16,6 +16,10 @@ Sizes this machine cannot hold or build through Spark in time are built syntheti
 measured through the same code: published-id indexes of 10M and 100M ids (the duplicate
 check, ``bench.scale_ids`` layout on local disk) and a 100k-shard / 200-batch history (the
 trainer's plan, manifests written by ``core.builder``).
+
+Detect's cost per scope (the upload-triggered run's pending keys, an incremental or a full
+reconciling listing) against the history, with many old uploads kept under incoming/, is
+``bench.scale_detect`` (no Spark needed).
 """
 
 from __future__ import annotations
@@ -103,8 +107,11 @@ def chain(srv: Servers, cfg: Any, rows: int, history: int, history_rows: int, wo
           log: Callable[[str], None], stages: tuple[str, ...] = STAGES) -> dict[str, Any]:
     """Build the history up to ``history`` versions of ``history_rows`` rows, upload ``rows``
     new rows, run every stage once on them (publishing version ``history + 1``)."""
+    from shardline.tasks.detect import detect
+
     t0 = time.perf_counter()
     extend_history(srv.store, cfg, history, history_rows)
+    detect(srv.store, cfg)   # the previous ingest's last detect: the ledger's steady state
     built = time.perf_counter() - t0
     up = upload(srv.store, cfg, rows, f"n{history:06d}")
     work.mkdir(parents=True, exist_ok=True)

@@ -109,17 +109,20 @@ def split_shards(prefix: str, bid: str, run: str, rows: int, classes: int, fract
 
 
 def extend_history(store: ObjectStore, cfg: DatasetConfig, upto: int, rows: int,
-                   shards_per_batch: int = 1) -> Manifest | None:
-    """Add synthetic versions after the latest until version ``upto``."""
+                   shards_per_batch: int = 1, uploads: int = 1) -> Manifest | None:
+    """Add synthetic versions after the latest until version ``upto``, each from
+    ``uploads`` claimed upload objects (they stay under incoming/, as uploads do)."""
     prefix = cfg.prefix
     parent = latest_manifest(store, prefix)
     schema, conf = schema_info(cfg), config_to_dict(cfg)
     first = (parent.version if parent else 0) + 1
     for v in range(first, upto + 1):
-        key = f"{cfg.incoming}hist-{v:06d}.parquet"
-        etag = store.put_bytes(key, b"synthetic: claimed, never converted")
-        src = Source(key, etag, 35, "parquet")
-        bid, run = batch_id([src]), f"hist{v:06d}"
+        srcs = []
+        for j in range(uploads):
+            key = f"{cfg.incoming}hist-{v:06d}{f'-{j:03d}' if j else ''}.parquet"
+            etag = store.put_bytes(key, b"synthetic: claimed, never converted")
+            srcs.append(Source(key, etag, 35, "parquet"))
+        bid, run = batch_id(srcs), f"hist{v:06d}"
         ids = pa.array([f"h{v:06d}-{i:08d}" for i in range(rows)], pa.string())
         ids_path = layout.ids_key(prefix, bid, run)
         store.put_bytes(ids_path, encode_ids(ids))
@@ -127,13 +130,13 @@ def extend_history(store: ObjectStore, cfg: DatasetConfig, upto: int, rows: int,
                               shards_per_batch)
         nb = NewBatch(id=bid, run=run, shards=shards, ids_path=ids_path,
                       id_range=(ids[0].as_py(), ids[-1].as_py()) if rows else None,
-                      sources=[SourceEntry(key, etag, 35, "parquet")])
+                      sources=[SourceEntry(s.key, s.etag, 35, "parquet") for s in srcs])
         draft = build_version(prefix, dataset=cfg.name, schema=schema, config=conf,
                               parent=parent, batch=nb, holdout_fraction=cfg.holdout_fraction,
                               validation=ValidationSummary(success=True,
                                                            suites=[f"{cfg.name}.batch"]))
         parent = commit_version(store, draft)
-        write_claim(store, cfg, Batch(bid, (src,)), v)
+        write_claim(store, cfg, Batch(bid, tuple(srcs)), v)
     return parent
 
 

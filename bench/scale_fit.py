@@ -26,9 +26,12 @@ from shardline.bench.scale_store import total
 OPS = ("get", "head", "list", "put", "copy", "delete")
 # what each stage's row stands for, and why its cost follows what it follows
 WHY = {
-    "detect": "lists the incoming prefix (every upload ever kept there) and every claim "
-              "key, and GETs each claim document not yet in a claims checkpoint (it writes "
-              "one after 64; the measured 200-version point is the run that writes it)",
+    "detect": "a reconciling detect with a full listing: the incoming prefix (every upload "
+              "ever kept there, one LIST page per 1,000) and every claim key, and the claim "
+              "documents not yet in a claims checkpoint (at most 9: the run before wrote "
+              "one after 10); the upload-triggered run lists no incoming/ at all and a "
+              "dataset with incremental_listing lists from its mark "
+              "(`python -m shardline.bench.scale_detect`)",
     "convert": "Spark reads only the new batch's sources and writes its shards and row "
                "files; the driver plans from their sizes (the duplicate check inside it is "
                "the dedupe row)",

@@ -164,10 +164,13 @@ def findings(result: dict[str, Any]) -> list[str]:
                    "version, read by every publish, reader and plan): a two-level checkpoint "
                    "would make it O(1).")
     if "detect" in cl:
-        out.append("- **Detect lists what was ever uploaded and claimed**: every key under the "
-                   "incoming prefix and every claim key (listing entries grow by "
+        out.append("- **A reconciling detect with a full listing lists what was ever uploaded "
+                   "and claimed**: every key under the incoming prefix and every claim key "
+                   "(listing entries grow by "
                    f"{cl['detect']['per_version']['list_entries']:.0f} a version); the claims "
-                   "checkpoint bounds the claim GETs to 64 after it is written.")
+                   "checkpoint bounds the claim GETs to 9. The upload-triggered run reads only "
+                   "its pending keys and an incremental listing starts at its mark: "
+                   "`python -m shardline.bench.scale_detect` (docs/benchmarks.md).")
     docs = syn.get("doc_bytes") or {}
     if {"2", "10", "12", "200"} <= set(docs):
         out.append(f"- **Version documents**: v2 {docs['2']} B, v12 {docs['12']} B "

@@ -19,8 +19,11 @@ from shardline.core.folder_store import FolderStore
 from shardline.core.store import Store
 
 # key fragment -> kind (first match wins; the order matters: "/manifests/checkpoint-" before
-# "/manifests/", the latest-version hint before the version documents beside it)
-KINDS = (("/versions/latest", "latest_hint"), ("/versions/", "version_doc"),
+# "/manifests/", the latest-version hint before the version documents beside it, pending
+# upload keys (events/pending/incoming/...) before the uploads)
+KINDS = (("/events/pending/", "pending_key"), ("/ledger/listing", "listing_mark"),
+         ("/sweep/clock", "store_clock"), ("/versions/latest", "latest_hint"),
+         ("/versions/", "version_doc"),
          ("/manifests/checkpoint-", "checkpoint"),
          ("/manifests/batch=", "batch_list"), ("/manifests/", "schema_config"),
          ("/ids/", "id_index"), ("/batches/", "claim"),

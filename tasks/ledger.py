@@ -7,7 +7,7 @@
 - Claims checkpoints (``ledger/claims-<n>.arrow``): the claims of ``n`` batches in one
   Arrow file (batch, key, etag). Detect lists the claim documents (one LIST page per 1,000
   batches), reads the newest checkpoint and GETs only the documents it does not cover, in
-  parallel; once :data:`CHECKPOINT_AFTER` documents are uncovered it writes the next
+  parallel; once :data:`CHECKPOINT_AFTER` (10) documents are uncovered it writes the next
   checkpoint (``If-None-Match``: racing writers of the same ``n`` write the same claims).
   So a detect costs O(new batches) GETs, not one GET per batch ever published.
 - The id index (``ids/batch=<id>-<run>.arrow``): the ids each published batch holds, in
@@ -41,7 +41,9 @@ log = logging.getLogger(__name__)
 
 
 # -- claims -------------------------------------------------------------------------------
-CHECKPOINT_AFTER = 64      # uncovered claim documents that make detect write a checkpoint
+# uncovered claim documents that make detect write a checkpoint: Delta Lake's checkpoint
+# interval (10 commits), so a detect GETs at most 9 claim documents whatever the history
+CHECKPOINT_AFTER = 10
 KEEP_CHECKPOINTS = 2       # the newest ones; a reader may still be reading the one before
 _CLAIMS_SCHEMA = pa.schema([("batch", pa.string()), ("key", pa.string()),
                             ("etag", pa.string())])
