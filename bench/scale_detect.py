@@ -2,7 +2,8 @@
 history, per scope (issue 23, "Detect in O(new)"), and publish's beside it.
 
 For each history size (versions of ``--uploads`` claimed upload objects each, all still under
-incoming/, as uploads stay), on a private moto S3 server:
+incoming/, as uploads stay; with ``--publish`` each measured batch is a version too), on a
+private moto S3 server:
 
 1. the history is extended (``bench.scale_data.extend_history``) and one untimed detect runs:
    the previous ingest's last detect (it writes the ledger's claims checkpoint once 64 claim
@@ -85,8 +86,8 @@ def point(store: ObjectStore, cfgs: dict[str, DatasetConfig], history: int, uplo
     ids = {r["batch"] for r in got.values()}
     assert len(ids) == 1 and None not in ids, f"the scopes found different batches: {got}"
     batch = detect(store, cfg, Scope(events=True))
-    return {"history": history, "uploads_under_incoming": history * uploads + up["objects"],
-            "detect": got}, batch
+    listed = got["full"]["counts"]["list_entries"]["incoming"]["n"]
+    return {"history": history, "uploads_under_incoming": listed, "detect": got}, batch
 
 
 def _publish(srv: Any, cfg: DatasetConfig, batch: Any, work: Path) -> dict[str, Any]:
