@@ -91,7 +91,7 @@ class Servers:
         self.s3.stop()
 
 
-def _stage(stage: str, params: dict[str, Any], work: Path) -> dict[str, Any]:
+def run_stage(stage: str, params: dict[str, Any], work: Path) -> dict[str, Any]:
     pf, out = work / f"{stage}.params.json", work / f"{stage}.out.json"
     pf.write_text(json.dumps(params, default=str))
     env = dict(os.environ, GX_ANALYTICS_ENABLED="false", PYTHONPATH=str(ROOT))
@@ -121,7 +121,7 @@ def chain(srv: Servers, cfg: Any, rows: int, history: int, history_rows: int, wo
     out: dict[str, Any] = {"history": history, "rows": rows, "classes": len(cfg.classes),
                            "upload": up, "history_build_s": built, "stages": {}}
     for stage in stages:
-        r = _stage(stage, params, work)
+        r = run_stage(stage, params, work)
         out["stages"][stage] = r
         log(f"  {cfg.name} H={history} rows={rows}: {stage:8s} {r['wall_s']:7.2f} s wall "
             f"{r['cpu_s']:6.2f} s CPU, peak {r['peak_rss_mb']:6.0f} MB "
@@ -141,7 +141,7 @@ def synthetic(sizes: Sizes, work: Path, log: Callable[[str], None]) -> dict[str,
     out["ids_build_s"] = time.perf_counter() - t0
     ds = config_to_dict(config("ids", 10))
     for files in sizes.id_files:
-        r = _stage("ids", {"work": str(work), "dataset": ds, "folder": str(root), "files": files,
+        r = run_stage("ids", {"work": str(work), "dataset": ds, "folder": str(root), "files": files,
                            "per_file": sizes.ids_per_file, "new": sizes.new_ids,
                            "duplicates": sizes.new_ids // 100}, work)
         out["ids"].append(r)
@@ -151,7 +151,7 @@ def synthetic(sizes: Sizes, work: Path, log: Callable[[str], None]) -> dict[str,
     folder = DATA / f"scale-plan-{batches}x{per}"
     docs = plan_history(folder, batches, per)
     cfg = config("plan", 10)
-    r = _stage("plan", {"work": str(work), "dataset": config_to_dict(cfg), "folder": str(folder),
+    r = run_stage("plan", {"work": str(work), "dataset": config_to_dict(cfg), "folder": str(folder),
                         "doc_key": layout.version_key(cfg.prefix, batches)}, work)
     out["plan"] = r
     out["doc_bytes"] = docs

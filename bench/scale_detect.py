@@ -91,7 +91,7 @@ def point(store: ObjectStore, cfgs: dict[str, DatasetConfig], history: int, uplo
 
 
 def _publish(srv: Any, cfg: DatasetConfig, batch: Any, work: Path) -> dict[str, Any]:
-    from shardline.bench.scale import _stage
+    from shardline.bench.scale import run_stage
 
     work.mkdir(parents=True, exist_ok=True)
     (work / "batch.pkl").write_bytes(pickle.dumps(batch))
@@ -100,7 +100,7 @@ def _publish(srv: Any, cfg: DatasetConfig, batch: Any, work: Path) -> dict[str, 
               "run_id": uuid.uuid4().hex[:12]}
     out = {}
     for stage in ("convert", "validate", "publish"):
-        out[stage] = _stage(stage, params, work)
+        out[stage] = run_stage(stage, params, work)
     counts = out["publish"]["counts"]
     return {"requests": sum(total(counts, op) for op in ("list", "get", "head", "put",
                                                           "delete", "copy")),
