@@ -75,6 +75,9 @@ def test_render_for_another_dataset_leaves_nothing_of_the_demo() -> None:
     for d in deps.values():
         assert "cats" in d["tags"] and d["parameters"]["config"] == v.config
         assert d["work_pool"]["job_variables"]["env"]["SHARDLINE_AWS_CREDENTIALS_BLOCK"] == "blk"
+    # the upload-triggered run reads its events' pending keys; the nightly one reconciles
+    assert deps["cats-on-upload"]["parameters"]["events"] is True
+    assert "events" not in deps["cats-nightly"]["parameters"]
     assert deps["cats-nightly"]["schedules"][0]["cron"] == "0 3 * * *"
     assert deps["cats-nightly"]["work_pool"]["name"] == "cpu"
     assert deps["cats-on-publish"]["work_pool"]["name"] == "gpu"
