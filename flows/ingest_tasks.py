@@ -62,8 +62,9 @@ def detect_stage(cfg: DatasetConfig, store: StoreSettings, scope: Scope = Scope(
     if batch is None:
         log.info("nothing new under s3://%s/%s", store.bucket, cfg.incoming)
     else:
-        log.info("batch %s: %d new sources (%d bytes)", batch.id, len(batch.sources),
-                 batch.bytes)
+        n = len(batch.sources)
+        log.info("%d new object%s (%s bytes), batch %s", n, "" if n == 1 else "s",
+                 f"{batch.bytes:,}", batch.id)
     return batch
 
 
@@ -71,10 +72,12 @@ def detect_stage(cfg: DatasetConfig, store: StoreSettings, scope: Scope = Scope(
 def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings,
                   batch: Batch, run_id: str) -> Converted:
     conv = plain(ObjectStore(store), cfg, spark).convert(batch, run_id)
+    why = f" ({', '.join(f'{k}: {v:,}' for k, v in conv.by_rule.items())})" \
+        if conv.by_rule else ""
     get_run_logger().info(
-        "converted: %d rows in, %d ok, %d quarantined %s; %d data shards; timings %s",
-        conv.rows_in, conv.rows_ok, conv.rows_quarantined, conv.by_rule,
-        len(conv.data_shards), {k: round(v, 2) for k, v in conv.timings.items()})
+        "%s rows in %d shards, %s quarantined%s, from %s rows; timings %s",
+        f"{conv.rows_ok:,}", len(conv.data_shards), f"{conv.rows_quarantined:,}", why,
+        f"{conv.rows_in:,}", {k: round(v, 2) for k, v in conv.timings.items()})
     return conv
 
 
@@ -82,8 +85,11 @@ def convert_stage(cfg: DatasetConfig, store: StoreSettings, spark: SparkSettings
 def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: Converted
                    ) -> ValidationReport:
     report = plain(ObjectStore(store), cfg).validate(conv)
-    get_run_logger().info("validation %s: %s", "passed" if report.success else "FAILED",
-                          report.summary())
+    failed = [r["expectation"] for r in report.results if not r["success"]]
+    get_run_logger().info("%s: %d expectations on %s rows%s; report %s",
+                          "passed" if report.success else "FAILED", len(report.results),
+                          f"{report.counts.get('ok', 0):,}",
+                          f", failed {', '.join(failed)}" if failed else "", report.report)
     return report
 
 
@@ -91,10 +97,10 @@ def validate_stage(cfg: DatasetConfig, store: StoreSettings, conv: Converted
 def publish_stage(cfg: DatasetConfig, store: StoreSettings, conv: Converted,
                   report: ValidationReport) -> Published:
     pub = plain(ObjectStore(store), cfg).publish(conv, report)
-    get_run_logger().info("%s version %d (%s): %d rows in %d new shards, %d quarantined",
+    get_run_logger().info("%s version %d: %s rows in %d new shards, %s quarantined (%s)",
                           "published" if pub.created else "already published as",
-                          pub.version, pub.manifest, pub.rows_published, len(pub.new_shards),
-                          pub.rows_quarantined)
+                          pub.version, f"{pub.rows_published:,}", len(pub.new_shards),
+                          f"{pub.rows_quarantined:,}", pub.manifest)
     return pub
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -83,13 +84,16 @@ def prepare() -> None:
     use_stack_env()
 
 
-def run_ingest(config: str, quiet: bool = False, full: bool = False) -> dict[str, Any]:
-    """Run the ingest flow once (used by ``ingest`` and ``demo``)."""
+def run_ingest(config: str, quiet: bool = False, full: bool = False,
+               stages: bool = False) -> dict[str, Any]:
+    """Run the ingest flow once (used by ``ingest`` and ``demo``). ``stages``: where the
+    console is no terminal (CI, a Prefect worker's log), print each stage's line on stdout
+    as it ends (``detect: 3 new objects ...``); a terminal shows them in the spinner."""
     from shardline.flows.ingest import ingest as ingest_flow
 
     with err.status(f"ingesting with {config} (Prefect: "
                     f"{os.environ.get('PREFECT_API_URL') or 'ephemeral'})",
-                    spinner="dots") as status, _run_logs_off_console(status):
+                    spinner="dots") as status, _run_logs_off_console(status, stages):
         if quiet:
             logging.getLogger("prefect").setLevel(logging.WARNING)
         return dict(ingest_flow(config=str(config), full=full))
@@ -102,11 +106,14 @@ RUN_WARNINGS: list[str] = []
 class _RunLogs(logging.Filter):
     """Keeps flow- and task-run records off the console (they still reach the Prefect API
     and its UI): the command prints its outcome, or one error line. On a terminal the
-    spinner shows the latest stage's message."""
+    spinner shows the latest stage's message; in a pipe, with ``stages``, each stage's own
+    line (not Prefect's engine lines) is printed once on stdout, stderr staying for the
+    error line."""
 
-    def __init__(self, status: Any) -> None:
+    def __init__(self, status: Any, stages: bool = False) -> None:
         super().__init__()
-        self.status = status
+        self.status, self.stages = status, stages
+        self.last: logging.LogRecord | None = None   # a record reaches each console handler
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith("shardline") and record.levelno >= logging.WARNING:
@@ -118,11 +125,33 @@ class _RunLogs(logging.Filter):
             task = getattr(record, "task_run_name", None) or ""
             text = " ".join(record.getMessage().split())[:100]
             self.status.update(f"{task}: {escape(text)}" if task else escape(text))
+        elif self.stages and record is not self.last:
+            self.last = record
+            line = stage_line(record)
+            if line:   # not print(): a flow with log_prints sends print() to logging
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
         return False
 
 
+def stage_line(record: logging.LogRecord) -> str | None:
+    """``stage: message`` for an INFO line a stage task logged itself, else None (Prefect's
+    engine lines, flow-level lines, warnings: those go to the UI or the error line)."""
+    stage = getattr(record, "task_name", None)
+    if record.levelno != logging.INFO or not stage or _from_prefect(record.pathname):
+        return None
+    text = " ".join(record.getMessage().split())
+    return f"{stage}: {text.removeprefix(f'{stage}: ')}"
+
+
+def _from_prefect(path: str) -> bool:
+    import prefect
+
+    return path.startswith(os.path.dirname(prefect.__file__) + os.sep)
+
+
 @contextlib.contextmanager
-def _run_logs_off_console(status: Any) -> Iterator[None]:
+def _run_logs_off_console(status: Any, stages: bool = False) -> Iterator[None]:
     """Without --debug, :class:`_RunLogs` on the console handlers (the root logger's)."""
     from shardline.cli.output import debug
 
@@ -131,7 +160,7 @@ def _run_logs_off_console(status: Any) -> Iterator[None]:
         return
     handlers = [h for h in logging.getLogger().handlers
                 if isinstance(h, logging.StreamHandler)]
-    quiet = _RunLogs(status)
+    quiet = _RunLogs(status, stages)
     RUN_WARNINGS.clear()
     for h in handlers:
         h.addFilter(quiet)

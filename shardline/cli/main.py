@@ -107,7 +107,7 @@ def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt,
     prepare()
     try:
         check_ingest(config)
-        result = run_ingest(config, full=full)
+        result = run_ingest(config, full=full, stages=not as_json)
     except ValidationFailed as exc:   # the line names the mistakes; the rows are one command away
         aside = len({m.group(1) for w in RUN_WARNINGS
                      if (m := re.search(r"(s3://\S+) \(ETag \S+\) is set aside", w))})

@@ -7,6 +7,7 @@ directly, as does any launch under torchrun (each rank must not create its own f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,12 +19,20 @@ import typer
 
 def _train(config: str, version: int | None, use_flow: bool,
            processes: int = 1) -> dict[str, Any]:
+    """Train; on a terminal a single process's epochs show as a bar
+    (:mod:`shardline.cli.progress`; torchrun ranks print their own lines)."""
+    from shardline.cli.progress import epoch_bar
+    from shardline.core.config import StoreSettings, load_config
+
+    cfg = load_config(config)
     under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    bar = epoch_bar(cfg.train.epochs, f"training {cfg.dataset.name}") \
+        if processes == 1 and not under_torchrun else contextlib.nullcontext()
     if use_flow and not under_torchrun:
         from shardline.flows.train import train as train_flow
 
-        return train_flow(config=config, version=version, processes=processes)
-    from shardline.core.config import StoreSettings, load_config
+        with bar:
+            return dict(train_flow(config=config, version=version, processes=processes))
     from shardline.core.manifest import resolve_version
     from shardline.core.store import ObjectStore
     from shardline.tasks.launch import processes_for, train_ranks
@@ -31,13 +40,14 @@ def _train(config: str, version: int | None, use_flow: bool,
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(message)s")
-    cfg, store = load_config(config), ObjectStore(StoreSettings.from_env())
+    store = ObjectStore(StoreSettings.from_env())
     ranks = 1 if under_torchrun else processes_for(processes)
     if ranks > 1:       # torchrun ranks on this machine, each calling the trainer
         number = resolve_version(store, cfg.dataset.prefix, version).version
         return train_ranks(cfg, store.settings, number, ranks,
                            log=lambda line: print(line, file=sys.stderr)).to_dict()
-    return train(cfg, store, version).to_dict()
+    with bar:
+        return train(cfg, store, version).to_dict()
 
 
 def check_train(config: str, version: int | None, use_flow: bool) -> None:

@@ -7,6 +7,7 @@ Real parts: a Spark Connect server (gRPC), moto S3, a Prefect server (test harne
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,4 +96,17 @@ def test_a_cli_ingest_prints_no_dependency_noise(prefect_harness, stack_env, sto
     assert run.returncode == 0, run.stderr[-3000:]
     assert "published version 1" in run.stdout
     assert "Traceback" not in run.stderr
+    # in a pipe: one plain line per stage on stdout, as it ends, none of Prefect's own
+    stages = [line for line in run.stdout.splitlines() if ": " in line]
+    assert stages[:4] == [s for s in stages if s.startswith(("detect:", "convert:", "validate:",
+                                                             "publish:"))][:4], stages
+    names = [s.split(":")[0] for s in stages]
+    assert names.index("detect") < names.index("convert") < names.index("validate") \
+        < names.index("publish"), stages
+    assert any(s.startswith("detect: 1 new object (") for s in stages), stages
+    assert any(re.match(r"convert: 40 rows in \d+ shards?, 0 quarantined", s)
+               for s in stages), stages
+    assert any(s.startswith("validate: passed: ") for s in stages), stages
+    assert any(s.startswith("publish: published version 1: 40 rows") for s in stages), stages
+    assert "Finished in state" not in run.stdout + run.stderr
     assert not [n for n in NOISE if n in run.stderr], run.stderr[-3000:]

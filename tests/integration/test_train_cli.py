@@ -50,3 +50,48 @@ def test_train_json_contract(app: typer.Typer, store: ObjectStore, stack_env: St
     err = json.loads(r.stdout.splitlines()[0])
     # the error names the version asked for and the versions there are (core's wording)
     assert re.search(r"version 7\b", err["error"]) and re.search(r"\b1\b", err["error"])
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``args`` with stdout and stderr on a pseudo-terminal; (exit code, what it drew)."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                            env={**env, "COLUMNS": "160", "TERM": "xterm"})
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:   # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return proc.wait(timeout=300), b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.timeout(300)
+def test_training_on_a_terminal_draws_an_epoch_bar(
+        store: ObjectStore, stack_env: StoreSettings, tmp_path: Path) -> None:
+    import sys
+
+    from tests.integration.cli_helpers import cli_env
+
+    cfg = digits_config(epochs=2, cache_dir=str(tmp_path / "cache"))
+    publish_version(store, cfg.dataset, np.arange(200))
+    config = tmp_path / "digits.toml"
+    config.write_text(config_toml(cfg))
+    env = {k: v for k, v in cli_env(stack_env, tmp_path).items() if k != "SHARDLINE_DEBUG"}
+    exe = str(Path(sys.executable).parent / "shardline")
+    code, drawn = _on_a_terminal([exe, "train", "-c", str(config), "--no-flow"], env)
+    assert code == 0, drawn[-3000:]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn)
+    assert "training digits epoch 2/2" in plain and "━" in plain, plain[-2000:]
+    assert "samples/s" in plain and "-> model 1" in plain
+    # the trainer's interval lines (`... step N epoch E loss ...`) are not printed above it
+    assert not re.search(r"shardline\.trainer\.loop step \d+ epoch", plain), plain[-2000:]
