@@ -62,7 +62,13 @@ def quarantine_rows(by_rule: dict[str, int], examples: list[dict[str, Any]]
 
 
 def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
-                        version: int | None) -> str:
+                        version: int | None, examples: list[dict[str, Any]] | None = None
+                        ) -> str:
+    """The validation report for a person: the verdict and counts, what to fix per rule
+    (count, an example row and its value, the fix), then every expectation's result."""
+    from shardline.flows.quarantine_view import md
+    from shardline.tasks.mistakes import fix_rows
+
     c = report.counts
     verdict = "PASSED" if report.success else "FAILED: nothing was published"
     lines = [
@@ -72,6 +78,15 @@ def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
         f"- rows in: {c['rows']}, published: {c['ok']}, quarantined: {c['quarantined']} "
         f"({c['quarantine_fraction']:.1%}; limit {c['max_quarantine_fraction']:.1%})",
         "",
+    ]
+    if c["by_rule"]:
+        lines += ["## What to fix, per rule", "", "| rule | rows | example | value | fix |",
+                  "|---|---|---|---|---|"]
+        fixes = fix_rows(c["by_rule"], report.refused, examples or [])
+        lines += [f"| {md(r['rule'])} | {r['rows']} | {md(r['example'])} | {md(r['value'])} | "
+                  f"{md(r['fix'])} |" for r in fixes]
+        lines.append("")
+    lines += [
         "## great-expectations results, per expectation",
         "",
         "| suite | expectation | column | result | detail |",
@@ -82,9 +97,6 @@ def validation_markdown(dataset: str, batch_id: str, report: ValidationReport,
         detail = str(r["detail"]).replace("|", "/")
         lines.append(f"| {r['suite']} | {r['expectation']} | {r['column'] or ''} | {mark} | "
                      f"{detail} |")
-    if c["by_rule"]:
-        lines += ["", "## Quarantined rows by rule", "", "| rule | rows |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in c["by_rule"].items()]
     lines += ["", f"*The same results as JSON, for tools: `{report.report}`*"]
     return "\n".join(lines) + "\n"
 
@@ -129,7 +141,8 @@ def publish_ingest_artifacts(dataset: str, manifests: list[Manifest],
         create_table_artifact(versions_rows(manifests), key=artifact_key(dataset, "versions"),
                               description=f"Versions of dataset {dataset}, latest first")
     if report is not None and batch_id is not None:
-        create_markdown_artifact(validation_markdown(dataset, batch_id, report, version),
+        create_markdown_artifact(validation_markdown(dataset, batch_id, report, version,
+                                                     examples),
                                  key=artifact_key(dataset, "validation"),
                                  description=f"great-expectations results for batch {batch_id}")
         by_rule = report.counts["by_rule"]

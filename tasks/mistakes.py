@@ -16,6 +16,7 @@ by its own message, which already names the object, the rule and the fix.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -86,18 +87,67 @@ def _one_rule(rule: str, rows: list[dict[str, Any]], uri: Any) -> str:
     return f"{rule}: {len(rows)} rows of {where}, e.g. {rows[0]['message']}: {fix}"
 
 
-def mistakes_line(rows: list[dict[str, Any]], uri: Any, max_rules: int = 2) -> str:
-    """The most common mistakes of ``rows`` (as :func:`refused_rows` returns), one clause
-    per rule, most rows first; ``uri(key)`` spells an object's address."""
+def _ranked(rows: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
     by_rule: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_rule.setdefault(r["rule"], []).append(r)
-    ranked = sorted(by_rule.items(), key=lambda kv: -len(kv[1]))
-    parts = [_one_rule(rule, rs, uri) for rule, rs in ranked[:max_rules]]
+    return sorted(by_rule.items(), key=lambda kv: -len(kv[1]))
+
+
+def mistake_clauses(rows: list[dict[str, Any]], uri: Any) -> list[str]:
+    """One clause per rule of ``rows`` (as :func:`refused_rows` returns), most rows first:
+    the rule, the values (a few, with counts), the object and the fix. ``uri(key)`` spells
+    an object's address."""
+    return [_one_rule(rule, rs, uri) for rule, rs in _ranked(rows)]
+
+
+def mistakes_line(rows: list[dict[str, Any]], uri: Any, max_rules: int = 2) -> str:
+    """The most common mistakes of ``rows`` in one line: :func:`mistake_clauses` of the
+    first ``max_rules`` rules, then the others' names and counts."""
+    ranked = _ranked(rows)
+    parts = mistake_clauses(rows, uri)[:max_rules]
     if len(ranked) > max_rules:
         parts.append(f"{len(ranked) - max_rules} more rule(s): "
                      + ", ".join(f"{k} ({len(v)})" for k, v in ranked[max_rules:]))
     return "; ".join(parts)
+
+
+def fix_for(rule: str) -> str:
+    """What to do about rows refused by ``rule`` (a person's words)."""
+    if rule == "unknown_label":
+        return "add the label to classes, or fix the labels"
+    return _FIX.get(rule, "fix these rows and upload again")
+
+
+def example_value(row: dict[str, Any]) -> str:
+    """The offending value of a refused row, as short text: the label of an unknown label,
+    else the start of the raw row."""
+    if row.get("rule") == "unknown_label" and row.get("label") is not None:
+        return f'label "{row["label"]}"'
+    return str(row.get("excerpt") or "")
+
+
+def fix_rows(by_rule: dict[str, int], refused_rows: Sequence[dict[str, Any]],
+             examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rule, most rows first: the count, an example (object and row), its value where
+    the batch's refused rows were read (``refused_rows``: a failed batch's first row of each
+    rule), and what to do. The validation report's table (flows/artifacts.py)."""
+    refused = {r["rule"]: r for r in refused_rows}
+    rows = []
+    for rule, n in sorted(by_rule.items(), key=lambda kv: -kv[1]):
+        ex = refused.get(rule) or next((e for e in examples if e.get("rule") == rule), {})
+        row = ex.get("source_row")
+        where = ex.get("source_key", "")
+        if where and row is not None:
+            where += " (whole object)" if row < 0 else f" row {row}"
+        value = example_value(ex) if rule in refused else ""
+        if rule == "unknown_label" and rule in refused and ex.get("label") is not None:
+            fix = f'add "{ex["label"]}" to classes, or fix the labels'
+        else:
+            fix = fix_for(rule)
+        rows.append({"rule": rule, "rows": n, "example": where,
+                     "value": value or (f"id {ex['id']}" if ex.get("id") else ""), "fix": fix})
+    return rows
 
 
 def latest_failed_report(store: Store, prefix: str) -> dict[str, Any] | None:

@@ -37,7 +37,12 @@ from shardline.core.schema import report_key
 from shardline.core.store import Store
 from shardline.tasks.convert.rowfiles import PLAIN_SCHEMA
 from shardline.tasks.convert.stage import Converted
-from shardline.tasks.mistakes import REFUSED_ROWS, mistakes_line, refused_rows
+from shardline.tasks.mistakes import (
+    REFUSED_ROWS,
+    mistake_clauses,
+    mistakes_line,
+    refused_rows,
+)
 from shardline.tasks.validate_fields import field_expectations, field_frames
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,8 @@ class ValidationReport:
     counts: dict[str, Any]
     report: str          # s3:// URI of the JSON report
     mistakes: str = ""   # a failed batch's refused rows in one line (tasks.mistakes)
+    clauses: tuple[str, ...] = ()    # ... one clause per rule, most rows first
+    refused: tuple[dict[str, Any], ...] = ()   # ... its first refused row of each rule
 
     def summary(self) -> dict[str, Any]:
         failed = [r["expectation"] for r in self.results if not r["success"]]
@@ -206,7 +213,10 @@ def validate(store: Store, cfg: DatasetConfig, conv: Converted) -> ValidationRep
     refused = [] if success else refused_rows(
         store, [s.path for s in conv.quarantine_shards])
     mistakes = mistakes_line(refused, store.uri) if refused else ""
-    report = dataclasses.replace(report, mistakes=mistakes)
+    firsts = {r["rule"]: r for r in reversed(refused)}
+    report = dataclasses.replace(report, mistakes=mistakes,
+                                 clauses=tuple(mistake_clauses(refused, store.uri)),
+                                 refused=tuple(firsts.values()))
     store.put_json(key, {"batch": conv.batch.id, "run": conv.run_id, "success": success,
                          "counts": counts, "results": results,
                          "quarantined_examples": conv.quarantine_examples(store=store),
@@ -223,11 +233,16 @@ def require_success(report: ValidationReport, batch_id: str) -> None:
     if report.success:
         return
     c = report.counts
-    lead = f"{report.mistakes}. " if report.mistakes else ""
+    failed = f"batch {batch_id} failed validation, nothing was published: " \
+             f"{report.failure_message()}"
+    clauses = list(report.clauses) or ([report.mistakes] if report.mistakes else [])
     raise ValidationFailed(
-        f"{lead}batch {batch_id} failed validation, nothing was published: "
-        f"{report.failure_message()}. Rows: {c['rows']} in, {c['quarantined']} quarantined "
-        f"({c['quarantine_fraction']:.1%}, limit {c['max_quarantine_fraction']:.1%}) by rule "
-        f"{c['by_rule']}. Fix the uploads (see the quarantine reasons and {report.report}), "
-        "or raise dataset.validation.max_quarantine_fraction if this is expected."
+        clauses[0] if clauses else failed,
+        *clauses[1:4],
+        *([f"and {len(clauses) - 4} more rule(s)"] if len(clauses) > 4 else []),
+        *([failed] if clauses else []),
+        f"rows: {c['rows']} in, {c['quarantined']} quarantined ({c['quarantine_fraction']:.1%},"
+        f" limit {c['max_quarantine_fraction']:.1%}) by rule {c['by_rule']}",
+        f"fix the uploads (see the quarantine reasons and {report.report}), or raise "
+        "dataset.validation.max_quarantine_fraction if this is expected",
     )

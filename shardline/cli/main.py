@@ -111,9 +111,10 @@ def ingest(config: str = ConfigOpt, as_json: bool = JsonOpt,
     except ValidationFailed as exc:   # the line names the mistakes; the rows are one command away
         aside = len({m.group(1) for w in RUN_WARNINGS
                      if (m := re.search(r"(s3://\S+) \(ETag \S+\) is set aside", w))})
-        again = f" {aside} source(s) set aside: upload again (fixed) to retry." if aside else ""
-        line = ValidationFailed(f"{exc}{again} The refused rows: shardline quarantine -c "
-                                f"{config}")
+        again = [f"{aside} source(s) set aside: upload again (fixed) to retry"] if aside else []
+        head = getattr(exc, "headline", None) or str(exc)
+        line = ValidationFailed(f"{head} (rows: shardline quarantine -c {config})",
+                                *getattr(exc, "details", []), *again)
         line.__cause__ = exc
         fail(line, as_json)
     except ShardlineError as exc:

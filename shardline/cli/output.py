@@ -48,6 +48,9 @@ def fail(exc: BaseException, as_json: bool = False, code: int = 1) -> NoReturn:
     if as_json:
         print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
     err.print(f"[bold red]error:[/] {escape(one_line(exc))}", soft_wrap=True)
+    if not as_json:   # the lines after a headline (counts, other rules): stdout, so that
+        for line in getattr(exc, "details", None) or []:   # stderr stays one line
+            out.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
     raise typer.Exit(code)
 
 
@@ -55,7 +58,7 @@ def one_line(exc: BaseException) -> str:
     """The message of ``exc`` on one line; unexpected errors also say how to see more."""
     from shardline.core.errors import ShardlineError
 
-    message = " ".join(str(exc).split())
+    message = " ".join(str(getattr(exc, "headline", None) or exc).split())
     if isinstance(exc, ShardlineError):
         return message or type(exc).__name__
     hint = "" if debug() else " (run with --debug for the traceback)"

@@ -112,7 +112,18 @@ class ServiceUnavailable(ShardlineError):
 
 
 class ValidationFailed(ShardlineError):
-    """The great-expectations suite failed for a batch; nothing was published."""
+    """The great-expectations suite failed for a batch; nothing was published.
+
+    ``headline``: the line a person reads first (the most common mistake: rule, values,
+    object, fix; the CLI's one error line); ``details``: the lines after it (counts, other
+    rules, the report). ``str()`` is all of them, one per line."""
+
+    def __init__(self, headline: str, *details: str) -> None:
+        super().__init__(headline, *details)   # args: pickles across a flow run as is
+        self.headline, self.details = headline, list(details)
+
+    def __str__(self) -> str:
+        return "\n".join([self.headline, *(f"  {d}" for d in self.details)])
 
 
 class PublishConflict(ShardlineError):

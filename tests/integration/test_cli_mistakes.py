@@ -1,6 +1,8 @@
 """Common data mistakes through ``shardline ingest`` as a user runs it (a subprocess, stdout
-a pipe): one line on stderr naming the rule, the value, the object and the fix, exit 1, no
-traceback; ``shardline quarantine`` then shows the refused rows of the failed batch.
+a pipe): one line on stderr naming the rule, the value, the object and the fix (about 160
+characters besides the config's path), exit 1, no traceback, the counts and the other rules
+on the following lines (stdout); ``shardline quarantine`` then shows the refused rows of the
+failed batch.
 
 Real parts: moto S3 over HTTP, a Spark Connect server, a Prefect server (test harness).
 """
@@ -51,10 +53,16 @@ def test_unknown_label_names_the_value_the_count_and_the_fix(
         r["label"] = "cat"
     key = "incoming/mistlabel/a.jsonl"
     store.put_bytes(key, ("\n".join(json.dumps(r) for r in rows) + "\n").encode())
-    line = error_line(run(env, "ingest", "-c", str(cfg)))
+    r = run(env, "ingest", "-c", str(cfg))
+    line = error_line(r)
+    assert len(line) - len(f"s3://{store.bucket}/") - len(str(cfg)) <= 160, line
     assert "unknown_label" in line and '"cat"' in line and "10 rows" in line, line
     assert key in line and 'add "cat" to classes, or fix the labels' in line, line
     assert f"shardline quarantine -c {cfg}" in line, line
+    details = r.stdout.splitlines()   # the detail lines follow, indented
+    assert details and all(d.startswith("  ") for d in details), r.stdout
+    assert any("failed validation, nothing was published" in d for d in details), r.stdout
+    assert any("{'unknown_label': 10}" in d for d in details), r.stdout
 
     shown = run(env, "quarantine", "-c", str(cfg), "--json")
     assert shown.returncode == 0, shown.stderr[-2000:]
@@ -75,11 +83,14 @@ def test_a_missing_label_column_is_one_record_naming_the_columns_found(
         w.writerow([d.id, d.b64(), "x"])
     key = "incoming/mistcol/a.csv"
     store.put_bytes(key, out.getvalue().encode())
-    line = error_line(run(env, "ingest", "-c", str(cfg)))
+    r = run(env, "ingest", "-c", str(cfg))
+    line = error_line(r)
     assert f'missing_column: s3://{store.bucket}/{key}: no column "label"' in line, line
     assert "columns found: id, image, tag; set label_column" in line, line
-    assert "{'missing_column': 1}" in line and "missing_label:" not in line, line
-    assert "1 source(s) set aside: upload again (fixed) to retry" in line, line
+    assert "missing_label:" not in line + r.stdout, line
+    assert len(line) - len(f"s3://{store.bucket}/") - len(str(cfg)) <= 160, line
+    assert any("{'missing_column': 1}" in d for d in r.stdout.splitlines()), r.stdout
+    assert "  1 source(s) set aside: upload again (fixed) to retry" in r.stdout.splitlines()
 
     doc = json.loads(run(env, "quarantine", "-c", str(cfg), "--json").stdout)
     assert [(r["key"], r["row"], r["rule"]) for r in doc["rows"]] == \

@@ -78,3 +78,63 @@ def test_the_newest_failed_report_is_shown_until_a_version_follows_it(tmp_path) 
     later = time.time() + 5
     os.utime(store.uri(version_key("lake/d", 1)), (later, later))
     assert latest_failed_report(store, "lake/d") is None
+
+
+def _failed_report(rows: list[dict]) -> object:
+    import dataclasses
+
+    from shardline.tasks.mistakes import mistake_clauses
+    from shardline.tasks.validate import ValidationReport
+
+    by_rule: dict[str, int] = {}
+    for r in rows:
+        by_rule[r["rule"]] = by_rule.get(r["rule"], 0) + 1
+    counts = {"rows": 50, "ok": 50 - len(rows), "quarantined": len(rows),
+              "quarantine_fraction": len(rows) / 50, "max_quarantine_fraction": 0.05,
+              "by_rule": by_rule}
+    results = [{"suite": "rows", "expectation": "quarantine_fraction_at_most", "column": None,
+                "success": False, "detail": f"{len(rows) / 50:.1%} > 5.0%"}]
+    firsts = {r["rule"]: r for r in reversed(rows)}
+    return dataclasses.replace(
+        ValidationReport(False, ["rows"], results, counts, "s3://b/lake/d/reports/r/v.json"),
+        mistakes=mistakes_line(rows, uri), clauses=tuple(mistake_clauses(rows, uri)),
+        refused=tuple(firsts.values()))
+
+
+def test_a_failed_batch_raises_a_short_headline_with_the_detail_on_following_lines() -> None:
+    import pickle
+
+    from shardline.core.errors import ValidationFailed
+    from shardline.tasks.validate import require_success
+
+    rows = [row("incoming/d/a.jsonl", i, "unknown_label", "cat") for i in range(10)] + \
+        [row("incoming/d/a.jsonl", 30, "missing_id")]
+    with pytest.raises(ValidationFailed) as e:
+        require_success(_failed_report(rows), "b123")   # type: ignore[arg-type]
+    exc = e.value
+    assert exc.headline == ('unknown_label: label "cat" in 10 rows of s3://b/incoming/d/a.jsonl '
+                            '(rows 0..9): add "cat" to classes, or fix the labels')
+    assert len(exc.headline) <= 160
+    assert exc.details[0].startswith("missing_id: 1 rows of s3://b/incoming/d/a.jsonl (row 30)")
+    assert "batch b123 failed validation, nothing was published" in exc.details[1]
+    assert "by rule {'unknown_label': 10, 'missing_id': 1}" in exc.details[2]
+    assert str(exc).splitlines()[0] == exc.headline and "\n  rows: 50 in" in str(exc)
+    again = pickle.loads(pickle.dumps(exc))   # a flow run hands it back as is
+    assert (again.headline, again.details) == (exc.headline, exc.details)
+
+
+def test_the_validation_report_says_per_rule_the_count_an_example_value_and_the_fix() -> None:
+    from shardline.flows.artifacts import validation_markdown
+
+    rows = [row("incoming/d/a.jsonl", 4 + i, "unknown_label", "cat") for i in range(10)] + \
+        [row("incoming/d/b.jsonl", 7, "missing_id")]
+    text = validation_markdown("d", "b123", _failed_report(rows), None)  # type: ignore[arg-type]
+    table = text.split("## What to fix, per rule")[1].split("##")[0]
+    lines = [x for x in table.splitlines() if x.startswith("| ")]
+    assert lines[0] == "| rule | rows | example | value | fix |"
+    assert lines[1] == ('| unknown\\_label | 10 | incoming/d/a.jsonl row 4 | label "cat" | '
+                        'add "cat" to classes, or fix the labels |'), lines[1]
+    assert lines[2].startswith("| missing\\_id | 1 | incoming/d/b.jsonl row 7 | ")
+    assert lines[2].endswith("| give every row an id \\(or set id\\_column to the column "
+                             "holding it\\) |"), lines[2]
+    assert "FAILED: nothing was published" in text
