@@ -70,19 +70,23 @@ class Rewrite:
 
 
 def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
-                objects: dict[str, bytes], run: str, validation: ValidationSummary
-                ) -> VersionDraft:
+                objects: dict[str, bytes], run: str, validation: ValidationSummary,
+                *, masked_left: int = 0, erased: int = 0) -> VersionDraft:
     """The version after ``parent`` whose live batches are ``refs``, all in a new checkpoint
     (written by ``run``), adding no batch. ``objects``: the new batch lists already in it.
+    ``masked_left``: rows of ``refs`` deletion vectors still mask (an erasure keeps the
+    vectors of shards it does not rewrite); ``erased``: live rows the version removes.
 
     Raises:
-        StoreError: the rows, batches or quarantined rows would differ from the parent's.
+        StoreError: the rows, batches or quarantined rows would differ from the parent's
+            (less ``erased`` rows).
     """
-    totals = Totals(rows=sum(r.rows for r in refs), shards=sum(r.shards for r in refs),
+    totals = Totals(rows=sum(r.rows for r in refs) - masked_left,
+                    shards=sum(r.shards for r in refs),
                     bytes=sum(r.bytes for r in refs), batches=len(refs),
                     quarantined=sum(r.quarantined for r in refs))
     was = parent.totals
-    if (totals.rows, totals.batches, totals.quarantined) != (was.rows, was.batches,
+    if (totals.rows, totals.batches, totals.quarantined) != (was.rows - erased, was.batches,
                                                              was.quarantined):
         raise StoreError(f"a new version of {parent.dataset} v{parent.version} would change "
                          f"its totals {was} to {totals}; nothing was committed")
@@ -101,10 +105,14 @@ def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
 
 def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite], run: str,
                      *, rows_rewritten: int,
-                     id_files: dict[str, tuple[str, bytes]] | None = None) -> VersionDraft:
+                     id_files: dict[str, tuple[str, bytes]] | None = None,
+                     validation: ValidationSummary | None = None,
+                     masked_left: int = 0, erased: int = 0) -> VersionDraft:
     """The version after ``parent`` with the batch lists of ``rewrites`` replaced.
     ``id_files``: batch -> (key, bytes) of a new id file for it (its masked rows' ids
-    left out, ``tasks.compact_ids``), written with the version and named by it."""
+    left out, ``tasks.compact_ids``; an erasure's ids, ``tasks.erase``), written with the
+    version and named by it. ``validation`` (default: the compaction's), ``masked_left``
+    and ``erased``: an erasure builds on this too (see ``replacement``)."""
     objects: dict[str, bytes] = {}
     id_files = id_files or {}
     refs: list[BatchListRef] = []
@@ -124,7 +132,8 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
             key, body = id_files[old.batch]
             objects[key] = body
             new = dataclasses.replace(new, ids_path=key)
-        dropped = rw.masked_rows > 0          # the id range may name a deleted id
+        # the id range may name a deleted id
+        dropped = rw.masked_rows > 0 or old.batch in id_files
         refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
                                         sources=old_ref.sources, stats=old_ref.stats,
                                         id_min=None if dropped else old_ref.id_min,
@@ -134,12 +143,13 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
         raise StoreError(f"batches {sorted(missing)} are not live in version {parent.version}")
     replaced = sum(len(rw.replaced) for rw in rewrites.values())
     added = sum(len(rw.outputs) for rw in rewrites.values())
-    validation = ValidationSummary(
+    validation = validation or ValidationSummary(
         success=True, suites=[SUITE], evaluated=rows_rewritten,
         counts={"rows_rewritten": rows_rewritten, "shards_in": replaced,
                 "shards_out": added, "batches": len(rewrites), "new_rows": 0})
-    return dataclasses.replace(replacement(prefix, parent.doc, refs, objects, run, validation),
-                               parent=parent)
+    draft = replacement(prefix, parent.doc, refs, objects, run, validation,
+                        masked_left=masked_left, erased=erased)
+    return dataclasses.replace(draft, parent=parent)
 
 
 def is_compaction(m: Manifest) -> bool:

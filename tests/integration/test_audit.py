@@ -1,29 +1,35 @@
-"""``shardline audit`` through a data subject's deletion on moto: the id is served, then
-masked, then (compaction, a model retrained, expire, vacuum) in no version and no shard;
-the models trained on versions that held it are named. Then every object in the bucket is
-scanned for the id's bytes."""
+"""``shardline audit`` through a data subject's deletion on moto. Masked (``delete --mask``):
+the id is served, then masked, then (compaction, a model retrained, expire, vacuum) in no
+version and no shard, only in its batch's id file; the models trained on versions that held
+it are named. Erased (``delete``'s default): after expire + vacuum every object in the
+bucket is scanned for the id's bytes and none holds them."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from typer.testing import CliRunner
 
+import shardline
 from shardline.bench.digits_data import digits
 from shardline.cli.main import app
 from shardline.core.config import StoreSettings
+from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks.audit import audit
 from shardline.tasks.compact import compact
 from shardline.tasks.delete import delete_ids
+from shardline.tasks.erase import erase_ids
 from shardline.tasks.expire import expire
 from shardline.tasks.lease import store_now
 from shardline.tasks.vacuum import vacuum
 from shardline.trainer.registry_view import model_rows
 from shardline.trainer.retention import versions_in_use
 from tests.integration.cli_helpers import cli_env
-from tests.integration.compact_data import publish_small
+from tests.integration.compact_data import publish_small, rows_of
 from tests.integration.retention_data import live_model
 from tests.integration.trainer_data import config_toml, digits_config
 
@@ -103,3 +109,38 @@ def test_no_object_holds_a_deleted_id_after_expire_and_vacuum(store: ObjectStore
     x = digits()[0][10]
     _delete_expire_vacuum(store, x)
     assert _holders(store, x.encode()) == set()
+
+
+def test_no_object_holds_a_deleted_id_after_erase_expire_and_vacuum(store: ObjectStore
+                                                                   ) -> None:
+    """The data subject's path (``shardline delete``'s default, no compaction): erase,
+    expire --keep 1, vacuum after the window: no object in the bucket holds the id, and
+    audit says so; every other row is still served."""
+    ids, labels, _ = digits()
+    x, y = ids[10], min(ids[250:500])      # batch 1; batch 2's smallest (its id range)
+    z = next(ids[i] for i in range(11, 250) if labels[i] == labels[10])   # x's shard
+    w = next(ids[i] for i in range(11, 250) if labels[i] != labels[10])   # another shard
+    publish_small(store, DS, batches=3)
+    before = rows_of(store, latest_manifest(store, DS.prefix))
+    delete_ids(store, DS, [z, w])                              # masked rows: v4
+    r = erase_ids(store, DS, [x, y])
+    assert (r.version, r.rows_deleted, r.id_files_rewritten) == (5, 2, 2)
+    m = latest_manifest(store, DS.prefix)
+    # z's masked row went with x's shard; w's shard is untouched and keeps its vector
+    assert m.rows == before.num_rows - 4 and m.deleted_rows == 1
+    assert m.doc.changes is not None and m.doc.changes.deleted == 2
+
+    def without(gone: list[str]) -> pa.Table:
+        return before.filter(pc.invert(pc.is_in(before.column("id"), value_set=pa.array(gone))))
+
+    kept = without([x, y, z])                                  # the shards' rows (w masked)
+    assert rows_of(store, m).equals(kept)
+    served = shardline.open_dataset(DS, store=store).to_table().column("id").to_pylist()
+    assert sorted(served) == sorted(without([x, y, z, w]).column("id").to_pylist())
+    expire(store, DS, keep=1, held=versions_in_use(store, DS.name))
+    later = store_now(store, DS.prefix) + timedelta(minutes=DS.sweep_after_minutes + 1)
+    vacuum(store, DS, now=later)
+    assert _holders(store, x.encode()) == set() and _holders(store, y.encode()) == set()
+    after = audit(store, DS, x, _models(store))
+    assert after.files == [] and after.versions[-1]["state"] == "absent"
+    assert rows_of(store, latest_manifest(store, DS.prefix)).equals(kept)
