@@ -36,7 +36,7 @@ from shardline.core.deletions import ChangeSummary, encode_index, index_ref
 from shardline.core.errors import ObjectExists, PublishConflict, StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ValidationSummary
-from shardline.core.replace import build_compaction
+from shardline.core.replace import ERASURE, build_compaction
 from shardline.core.store import Store
 from shardline.tasks.delete import DeleteRefused
 from shardline.tasks.erase_find import Found, find, rewrite
@@ -44,7 +44,7 @@ from shardline.tasks.ledger import claimed_sources
 
 log = logging.getLogger(__name__)
 
-SUITE = "erasure"
+SUITE = ERASURE
 
 
 @dataclass(frozen=True)

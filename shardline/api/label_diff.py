@@ -6,7 +6,8 @@ from their shards (id, label: only the touched shards), and the corrections batc
 in the range (the batches of the versions that wrote those vectors) give each corrected
 id's new row. An id masked in the range with a live row in the newer version was
 corrected; one without was deleted. A compaction in the range applies the masks and drops
-the vectors, so changes before it are not listed (``complete`` is False then).
+the vectors, so changes before it are not listed (``complete`` is False then); so does an
+erasure (``tasks.erase``), whose ids no object keeps.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow.ipc as ipc
 
 from shardline.core.errors import StoreError
 from shardline.core.manifest import Manifest
-from shardline.core.replace import is_compaction
+from shardline.core.replace import is_compaction, is_erasure
 from shardline.core.store import Store
 
 
@@ -89,7 +90,8 @@ def compaction_between(read: Any, older: int, newer: int) -> bool:
     cannot be vouched for."""
     for v in range(older + 1, newer + 1):
         try:
-            if is_compaction(read(v)):
+            m = read(v)
+            if is_compaction(m) or is_erasure(m):     # vectors dropped; erased ids unknown
                 return True
         except StoreError:
             return True

@@ -130,7 +130,8 @@ def diff(config: str = ConfigOpt,
         if len(shown) < len(changes):
             line(f"... {len(changes) - len(shown)} more (--limit 0 shows all, --json for data)")
     if not result.labels.complete:
-        line("a compaction in between applied earlier masks: changes before it are not listed")
+        line("a compaction or an erasure in between rewrote shards: changes before it are not "
+             "listed (erased ids are never listed)")
 
 
 def register(app: typer.Typer) -> None:

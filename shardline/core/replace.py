@@ -43,6 +43,7 @@ from shardline.core.parts import (
 from shardline.core.version_doc import Checkpoint, VersionDoc
 
 SUITE = "compaction"
+ERASURE = "erasure"          # the suite of an erasure's version (``tasks.erase``)
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,9 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
 def is_compaction(m: Manifest) -> bool:
     """Whether version ``m`` is a compaction (it added no batch; only the lists changed)."""
     return m.doc.batch is None and SUITE in m.doc.validation.suites
+
+
+def is_erasure(m: Manifest) -> bool:
+    """Whether version ``m`` is an erasure (rows removed from rewritten shards; it keeps no
+    id of them)."""
+    return m.doc.batch is None and ERASURE in m.doc.validation.suites

@@ -14,10 +14,12 @@ import pyarrow.compute as pc
 from typer.testing import CliRunner
 
 import shardline
+from shardline.api.label_diff import compaction_between
 from shardline.bench.digits_data import digits
 from shardline.cli.main import app
 from shardline.core.config import StoreSettings
-from shardline.core.manifest import latest_manifest
+from shardline.core.manifest import latest_manifest, read_manifest
+from shardline.core.replace import is_erasure
 from shardline.core.store import ObjectStore
 from shardline.tasks.audit import audit
 from shardline.tasks.compact import compact
@@ -129,6 +131,9 @@ def test_no_object_holds_a_deleted_id_after_erase_expire_and_vacuum(store: Objec
     # z's masked row went with x's shard; w's shard is untouched and keeps its vector
     assert m.rows == before.num_rows - 4 and m.deleted_rows == 1
     assert m.doc.changes is not None and m.doc.changes.deleted == 2
+    assert is_erasure(m) and not is_erasure(read_manifest(store, DS.prefix, 4))
+    # `shardline diff` across it cannot list the erased ids (none is kept): says incomplete
+    assert compaction_between(lambda v: read_manifest(store, DS.prefix, v), 4, 5)
 
     def without(gone: list[str]) -> pa.Table:
         return before.filter(pc.invert(pc.is_in(before.column("id"), value_set=pa.array(gone))))
