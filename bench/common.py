@@ -120,9 +120,14 @@ def _status(pid: int | str) -> dict[str, int]:
             key, _, rest = line.partition(":")
             if rest.strip().endswith("kB"):
                 out[key] = int(rest.split()[0]) * 1024
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:       # gone, or not ours to read
         pass
     return out
+
+
+def rss(pid: int | str = "self") -> int:
+    """Resident set size of process ``pid`` in bytes (0 once it is gone)."""
+    return _status(pid).get("VmRSS", 0)
 
 
 def _uss(pid: int) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from shardline.bench.common import rss
 from shardline.bench.scale_store import Counts, counting, counting_folder
 from shardline.core.config import SparkSettings, StoreSettings, parse_config
 from shardline.core.manifest import latest_manifest
@@ -35,13 +36,6 @@ from shardline.core.store import ObjectStore
 from shardline.tasks.driver_stages import Stages, plain
 
 Run = Callable[[], dict[str, Any]]
-
-
-def _rss() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 class Ctx:
@@ -296,19 +290,19 @@ class Sampler:
     """The highest RSS seen while the stage runs (sampled every 5 ms)."""
 
     def __init__(self) -> None:
-        self.peak = _rss()
+        self.peak = rss()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
     def _run(self) -> None:
         while not self._stop.wait(0.005):
-            self.peak = max(self.peak, _rss())
+            self.peak = max(self.peak, rss())
 
     def stop(self) -> int:
         self._stop.set()
         self._t.join()
-        return max(self.peak, _rss())
+        return max(self.peak, rss())
 
 
 def main(argv: list[str]) -> int:
@@ -319,7 +313,7 @@ def main(argv: list[str]) -> int:
     go = STAGES[stage](c)
     t_setup = time.perf_counter() - t_setup
     gc.collect()
-    base = _rss()
+    base = rss()
     sampler = Sampler()
     c0, t0 = time.process_time(), time.perf_counter()
     extra = go()

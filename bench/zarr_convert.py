@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardline.bench.common import moto_bucket
+from shardline.bench.common import moto_bucket, rss
 from shardline.core.config import SparkSettings, StoreSettings, parse_config
 from shardline.core.store import ObjectStore
 from shardline.infra import procs, services
@@ -34,16 +34,6 @@ from shardline.tasks.detect import detect
 
 SAMPLE = (13, 32, 32)
 CHUNK = 256                   # samples per Zarr chunk (13 MB of float32)
-
-
-def _rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _comm(pid: int) -> str:
@@ -86,11 +76,11 @@ class Peak:
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            self.self_peak = max(self.self_peak, _rss(os.getpid()))
+            self.self_peak = max(self.self_peak, rss(os.getpid()))
             if self.root:
                 pids = _tree(self.root)
-                self.tree_peak = max(self.tree_peak, sum(_rss(p) for p in pids))
-                py = [_rss(p) for p in pids if _comm(p) != "java"]
+                self.tree_peak = max(self.tree_peak, sum(rss(p) for p in pids))
+                py = [rss(p) for p in pids if _comm(p) != "java"]
                 self.worker_peak = max([self.worker_peak, *py])
 
     def __exit__(self, *exc: object) -> None:
