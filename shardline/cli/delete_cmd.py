@@ -29,17 +29,12 @@ def delete(config: str = ConfigOpt, ids: str = IdsOpt, mask: bool = MaskOpt,
     by deletion vectors instead); earlier versions are unchanged until expire + vacuum."""
     prepare()
     from shardline.cli import preflight
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
     from shardline.tasks.delete import delete_ids, read_ids
     from shardline.tasks.erase import erase_ids
 
     try:
         wanted = read_ids(ids)
-        cfg = preflight.config(config)
-        store = ObjectStore(StoreSettings.from_env())
-        preflight.s3(store.settings)
-        preflight.dataset_versions(store.settings, cfg, None)
+        cfg, store = preflight.config_and_store(config, versions=True)
         result = (delete_ids if mask else erase_ids)(store, cfg.dataset, wanted)
     except (ShardlineError, ValueError) as exc:
         fail(exc, as_json)

@@ -8,8 +8,6 @@ also keeps the versions of running trainings (their leases) and the latest.
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
 from shardline.cli.common import ConfigOpt, JsonOpt, prepare
@@ -21,13 +19,6 @@ OlderOpt = typer.Option(None, "--older-than",
                         help="expire versions written longer ago than this (30d, 36h, 90m; "
                         "by the store's clock)")
 DryOpt = typer.Option(False, "--dry-run", help="say what would go; change nothing")
-
-
-def _store() -> Any:
-    from shardline.core.config import StoreSettings
-    from shardline.core.store import ObjectStore
-
-    return ObjectStore(StoreSettings.from_env())
 
 
 def expire(config: str = ConfigOpt, keep: int | None = KeepOpt,
@@ -42,9 +33,7 @@ def expire(config: str = ConfigOpt, keep: int | None = KeepOpt,
     from shardline.trainer.retention import versions_in_use
 
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
+        cfg, store = preflight.config_and_store(config)
         age = None if older_than is None else parse_age(older_than)
         result = run_expire(store, cfg.dataset, keep=keep, older_than=age,
                             held=versions_in_use(store, cfg.dataset.name), dry_run=dry_run)
@@ -66,9 +55,7 @@ def vacuum(config: str = ConfigOpt, dry_run: bool = DryOpt, as_json: bool = Json
     from shardline.tasks.vacuum import vacuum as run_vacuum
 
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
+        cfg, store = preflight.config_and_store(config)
         result = run_vacuum(store, cfg.dataset, dry_run=dry_run)
     except (ShardlineError, ValueError) as exc:
         fail(exc, as_json)
@@ -92,9 +79,7 @@ def audit(config: str = ConfigOpt,
     from shardline.trainer.retention import model_names
 
     try:
-        cfg = preflight.config(config)
-        store = _store()
-        preflight.s3(store.settings)
+        cfg, store = preflight.config_and_store(config)
         name = cfg.dataset.name
         models = [{"registry": reg, **row} for reg in model_names(store, name)
                   for row in model_rows(store, name, reg)]

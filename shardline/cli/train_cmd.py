@@ -54,12 +54,8 @@ def check_train(config: str, version: int | None, use_flow: bool) -> None:
     """What a training run needs, checked before its flow run is created: the config, S3
     and the bucket, the dataset version, the Prefect API (for a flow run)."""
     from shardline.cli import preflight
-    from shardline.core.config import StoreSettings
 
-    cfg = preflight.config(config)
-    settings = StoreSettings.from_env()
-    preflight.s3(settings)
-    preflight.dataset_versions(settings, cfg, version)
+    preflight.config_and_store(config, versions=True, version=version)
     if use_flow:
         preflight.prefect()
 
