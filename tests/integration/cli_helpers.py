@@ -21,6 +21,13 @@ shape = [8, 8, 1]
 """
 
 
+def run_cli(env: dict[str, str], *args: str, timeout: float = 300
+              ) -> subprocess.CompletedProcess[str]:
+    """``shardline ARGS`` as a user runs it: a subprocess, stdout and stderr captured."""
+    return subprocess.run([EXE, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def write_config(tmp_path: Path, name: str, max_quarantine: float | None = None) -> Path:
     """An 8x8 digits dataset ``name`` (the shorthand); ``max_quarantine`` sets
     ``validation.max_quarantine_fraction`` (else the default, 5%)."""
@@ -55,7 +62,4 @@ def cli_runner(cfg: Config, settings: StoreSettings, tmp_path: Path, *command: s
     path.write_text(config_toml(cfg))
     env = cli_env(settings, tmp_path)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([EXE, *command, *args, "-c", str(path)], env=env,
-                              capture_output=True, text=True, timeout=300)
-    return run
+    return lambda *args: run_cli(env, *command, *args, "-c", str(path))

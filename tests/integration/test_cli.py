@@ -15,7 +15,8 @@ from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.infra import procs
 from tests.integration.api_data import REJECTS, SPLITS, Published, publish_three
-from tests.integration.cli_helpers import EXE, cli_env
+from tests.integration.cli_helpers import cli_env
+from tests.integration.cli_helpers import run_cli as run
 from tests.integration.trainer_data import config_toml
 
 
@@ -34,10 +35,6 @@ def config(published: Published, tmp_path: Path) -> Path:
 @pytest.fixture
 def env(store_settings: StoreSettings, tmp_path: Path) -> dict[str, str]:
     return cli_env(store_settings, tmp_path)
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def one_line_error(r: subprocess.CompletedProcess[str]) -> str:

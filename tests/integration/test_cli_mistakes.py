@@ -20,7 +20,8 @@ import pytest
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
 from shardline.infra.demo_data import digits, jsonl_bytes
-from tests.integration.cli_helpers import EXE, cli_env, write_config
+from tests.integration.cli_helpers import cli_env, write_config
+from tests.integration.cli_helpers import run_cli as run
 
 
 @pytest.fixture
@@ -30,10 +31,6 @@ def env(prefect_harness: None, store_settings: StoreSettings, spark_remote: str,
 
     return {**cli_env(store_settings, tmp_path), "SHARDLINE_SPARK_REMOTE": spark_remote,
             "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
 def error_line(r: subprocess.CompletedProcess[str]) -> str:

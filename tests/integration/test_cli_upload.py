@@ -5,12 +5,11 @@ their bytes; a missing path is one line, exit 1."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from shardline.core.config import StoreSettings
 from shardline.core.store import ObjectStore
-from tests.integration.cli_helpers import EXE, cli_env
+from tests.integration.cli_helpers import cli_env, run_cli
 
 CONFIG = """
 [dataset]
@@ -32,8 +31,7 @@ def test_upload_puts_files_and_folders_under_incoming(
     single = tmp_path / "c.csv"
     single.write_bytes(b"id,label\n")
     env = cli_env(store_settings, tmp_path)
-    r = subprocess.run([EXE, "upload", str(drop), str(single), "-c", str(cfg)], env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = run_cli(env, "upload", str(drop), str(single), "-c", str(cfg))
     assert r.returncode == 0, r.stderr
     assert f"{drop / 'b.jsonl'} -> incoming/up/b.jsonl" in r.stdout.splitlines()
     assert "uploaded 3 file(s)" in r.stdout
@@ -42,11 +40,9 @@ def test_upload_puts_files_and_folders_under_incoming(
                       "incoming/up/b.jsonl": files["b.jsonl"],
                       "incoming/up/c.csv": b"id,label\n"}
 
-    again = subprocess.run([EXE, "upload", str(single), "-c", str(cfg), "--json"], env=env,
-                           capture_output=True, text=True, timeout=120)
+    again = run_cli(env, "upload", str(single), "-c", str(cfg), "--json")
     assert json.loads(again.stdout)["keys"] == ["incoming/up/c.csv"]
 
-    missing = subprocess.run([EXE, "upload", str(tmp_path / "nope"), "-c", str(cfg)], env=env,
-                             capture_output=True, text=True, timeout=120)
+    missing = run_cli(env, "upload", str(tmp_path / "nope"), "-c", str(cfg))
     lines = [x for x in missing.stderr.splitlines() if x.strip()]
     assert missing.returncode == 1 and len(lines) == 1 and "no such file or folder" in lines[0]
