@@ -6,11 +6,11 @@ listings, waiting, posting an upload event, running the nightly deployment by ha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +23,7 @@ from shardline.core.store import ObjectStore
 from shardline.infra import procs, stack
 from shardline.infra.deploy import DeploySpec, deploy
 from shardline.infra.stack_state import StackConfig, stack_env
+from shardline.infra.waiting import wait_for
 
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
@@ -87,15 +88,8 @@ def in_flight(api: str, flow: str) -> list[dict[str, Any]]:
             datetime.fromisoformat(r["expected_start_time"]) < soon]
 
 
-def wait(what: str, fn: Callable[[], Any], timeout_s: float) -> Any:
-    """Poll ``fn`` every 0.5 s until it returns something truthy, and return that."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = fn()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+# poll every 0.5 s until the check returns something truthy; TimeoutError names what
+wait = functools.partial(wait_for, every_s=0.5)
 
 
 def post_created_event(api: str, store: ObjectStore, key: str, event_id: str) -> None:
