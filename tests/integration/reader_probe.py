@@ -48,7 +48,8 @@ def main(name: str, config: str) -> dict[str, Any]:
             "loader": loader, "installed": [m for m in HEAVY if _found(m)],
             "loaded": sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY)),
             "cli_version": _cli("--version"), "cli_versions": _cli("versions", "-c", config),
-            "cli_ingest": _cli("ingest", "-c", config)}
+            "cli_quarantine": _cli("quarantine", "-c", config),
+            "cli_models": _cli("models", "-c", config), "cli_ingest": _cli("ingest", "-c", config)}
 
 
 if __name__ == "__main__":

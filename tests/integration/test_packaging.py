@@ -224,6 +224,12 @@ def _check_reader(got: dict, site: Path) -> None:
     versions = got["cli_versions"]
     assert versions["code"] == 0, versions["err"]
     assert [line.split("\t")[0] for line in versions["out"].splitlines()[1:]] == ["3", "2", "1"]
+    quarantine = got["cli_quarantine"]   # version 3's two refused rows, by rule
+    assert quarantine["code"] == 0, quarantine["err"]
+    assert "unknown_label" in quarantine["out"] and "missing_id" in quarantine["out"]
+    models = got["cli_models"]   # the registry is the trainer's: torch
+    assert models["code"] == 1 and models["err"].strip().splitlines() == [
+        "error: shardline models needs the 'train' extra: pip install 'shardline[train]'"]
     ingest = got["cli_ingest"]
     assert ingest["code"] == 1 and ingest["out"] == ""
     assert ingest["err"].strip().splitlines() == [
