@@ -23,12 +23,12 @@ A batch with corrections (``tasks.corrections``) also masks the parent's rows of
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from shardline.core import layout
@@ -166,11 +166,23 @@ def _check_rebase(store: Store, cfg: DatasetConfig, conv: Converted,
 
 
 def _new_batch(cfg: DatasetConfig, conv: Converted, data: list[ShardEntry],
-               quarantine: list[ShardEntry], ids_path: str) -> NewBatch:
+               quarantine: list[ShardEntry], ids_path: str,
+               ids: tuple[str, str] | None) -> NewBatch:
     return NewBatch(id=conv.batch.id, run=conv.run_id, shards=data, ids_path=ids_path,
                     quarantine_shards=quarantine, by_rule=conv.by_rule,
                     sources=[SourceEntry(s.key, s.etag, s.size, s.format)
-                             for s in conv.batch.sources], stats=conv.stats())
+                             for s in conv.batch.sources], stats=conv.stats(), id_range=ids)
+
+
+def _draft(store: Store, cfg: DatasetConfig, latest: Manifest | None, batch: NewBatch,
+           validation: ValidationSummary, fixes: pa.Array | None) -> VersionDraft:
+    """The version after ``latest`` adding ``batch``; with ``fixes`` (the batch's ids, when
+    it holds corrections) the parent's rows of those ids masked."""
+    draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema_info(cfg),
+                          config=config_to_dict(cfg), parent=latest, batch=batch,
+                          validation=validation, holdout_fraction=_fraction(cfg, batch))
+    return draft if fixes is None else with_corrections(store, draft, latest, fixes,
+                                                        batch.run)
 
 
 def _fraction(cfg: DatasetConfig, batch: NewBatch) -> float | None:
@@ -186,10 +198,8 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
     data, quarantine = _entries(store, cfg, conv)
     ids_path = layout.ids_key(cfg.prefix, conv.batch.id, conv.run_id)
     ids = batch_ids(store, conv.ids_key)          # O(new): the batch's own id file
-    batch = dataclasses.replace(
-        _new_batch(cfg, conv, [e for _, e in data], [e for _, e in quarantine], ids_path),
-        id_range=id_range(ids))
-    schema, config = schema_info(cfg), config_to_dict(cfg)
+    batch = _new_batch(cfg, conv, [e for _, e in data], [e for _, e in quarantine], ids_path,
+                       id_range(ids))
     validation = ValidationSummary.from_dict(report.summary(), f"batch {conv.batch.id}")
     copied: list[str] = []
     fixes = ids if has_corrections(cfg, conv.batch) else None
@@ -215,11 +225,7 @@ def publish(store: Store, cfg: DatasetConfig, conv: Converted,
             copied = [e.path for _, e in data + quarantine] + [ids_path]
         sized: dict[str, int | None] = {e.path: e.bytes for _, e in data + quarantine}
         sized[ids_path] = None
-        draft = build_version(cfg.prefix, dataset=cfg.name, schema=schema, config=config,
-                              parent=latest, batch=batch, validation=validation,
-                              holdout_fraction=_fraction(cfg, batch))
-        if fixes is not None:               # corrections: mask the rows they replace
-            draft = with_corrections(store, draft, latest, fixes, conv.run_id)
+        draft = _draft(store, cfg, latest, batch, validation, fixes)
         copied += draft.run_objects
         try:
             m = commit_version(store, draft, check=functools.partial(

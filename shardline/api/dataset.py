@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardline.api.access import DatasetRef, arrow_filesystem, dataset_ref, store_for
-from shardline.api.label_diff import LabelChanges, compaction_between, label_changes
+from shardline.api.label_diff import changes_between
 from shardline.api.splits import Split, check_split, read_split, shards_of
 from shardline.api.tensors import column_array, to_frame
 from shardline.api.versions import VersionDiff
@@ -239,15 +239,7 @@ class Dataset:
             removed=[s for p, s in mine.items() if p not in theirs],
             added_batches=[b.id for b in that.manifest.batches if b.id not in my_batches],
             removed_batches=[b.id for b in self.manifest.batches if b.id not in their_batches],
-            labels=self._label_changes(that))
-
-    def _label_changes(self, that: Dataset) -> LabelChanges:
-        """Ids corrected and deleted from this version to ``that`` (a later one)."""
-        if that.version <= self.version:
-            return LabelChanges()
-        compacted = compaction_between(
-            lambda v: resolve_version(self.store, self.prefix, v), self.version, that.version)
-        return label_changes(self.store, self.manifest, that.manifest, compacted)
+            labels=changes_between(self.store, self.prefix, self.manifest, that.manifest))
 
     # -- torch ------------------------------------------------------------------------------
     def torch_loader(self, batch_size: int = 256, **kwargs: Any) -> Any:

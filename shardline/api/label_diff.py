@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from shardline.core.errors import StoreError
-from shardline.core.manifest import Manifest
+from shardline.core.manifest import Manifest, resolve_version
 from shardline.core.replace import is_compaction, is_erasure
 from shardline.core.store import Store
 
@@ -96,3 +96,13 @@ def compaction_between(read: Any, older: int, newer: int) -> bool:
         except StoreError:
             return True
     return False
+
+
+def changes_between(store: Store, prefix: str, older: Manifest, newer: Manifest
+                    ) -> LabelChanges:
+    """Ids corrected and deleted from ``older`` to ``newer`` (none unless it is later)."""
+    if newer.version <= older.version:
+        return LabelChanges()
+    compacted = compaction_between(lambda v: resolve_version(store, prefix, v),
+                                   older.version, newer.version)
+    return label_changes(store, older, newer, compacted)
