@@ -152,8 +152,10 @@ def listed_sources(store: Store, cfg: DatasetConfig, full: bool
 
 def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | None:
     """The batch of new sources in ``scope`` (by default: list ``cfg.incoming``), or
-    ``None``. An event scope deletes the pending keys it finds resolved."""
-    marks = pending.markers(store, cfg.incoming) if scope.events else {}
+    ``None``. It deletes the pending keys it finds resolved (a reconciling run: only those
+    of uploads it listed and found claimed, so keys stay no longer than a night when no
+    event run comes, e.g. the upload deployment is paused)."""
+    marks = {} if scope.keys and not scope.events else pending.markers(store, cfg.incoming)
     state: Recorded | None = None
     if scope.reconciling:
         sources, state = listed_sources(store, cfg, scope.full)
@@ -175,7 +177,8 @@ def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | 
         by_key = {s.key: (s.key, s.etag) for s in sources}
         source_of = {k: src for k in marks
                      if (src := by_key.get((group_root(k) or (k, ""))[0])) is not None}
-        pending.consume(store, pending.resolved(marks, source_of, done))
+        pending.consume(store, pending.resolved(marks, source_of, done,
+                                                missing_is_gone=not scope.reconciling))
     if state is not None:
         _record_listing(store, cfg, sources, done, state)
     _log_outcome(store, cfg, batch, len(sources), scope)

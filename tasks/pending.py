@@ -7,7 +7,8 @@ event (``core.layout.pending_key``), so the run the event triggers always finds 
 debounced trigger fires once per burst and carries no keys; the run lists the markers
 under its dataset's incoming prefix (O(pending), not O(history)), HEADs exactly those keys
 and ingests them. A marker is deleted only once its object is resolved: claimed by a
-published version, set aside, or gone. A run that dies leaves its markers for the next
+published version, set aside, or gone (a reconciling run deletes those of the claimed
+uploads it listed). A run that dies leaves its markers for the next
 one; an event lost before its marker was written is found by the next reconciling run.
 """
 
@@ -40,13 +41,14 @@ def head_all(store: Store, keys: Iterable[str]) -> list[ObjectInfo]:
 
 
 def resolved(pending: Mapping[str, list[str]], source_of: Mapping[str, tuple[str, str]],
-             done: set[tuple[str, str]]) -> list[str]:
-    """The markers to delete: of uploads that are gone (no ``source_of`` entry) or whose
-    source (key, ETag) is in ``done`` (claimed or set aside)."""
+             done: set[tuple[str, str]], missing_is_gone: bool = True) -> list[str]:
+    """The markers to delete: of uploads whose source (key, ETag) is in ``done`` (claimed
+    or set aside), and of uploads with no ``source_of`` entry when that means they are gone
+    (``missing_is_gone``: they were HEADed; a listing from a mark does not see them all)."""
     out: list[str] = []
     for key, keys in pending.items():
         src = source_of.get(key)
-        if src is None or src in done:
+        if (src is None and missing_is_gone) or (src is not None and src in done):
             out.extend(keys)
     return out
 

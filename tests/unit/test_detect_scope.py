@@ -176,3 +176,19 @@ def test_corrections_are_a_stream_of_their_own_that_hides_no_new_date(tmp_path):
     # each stream from its own mark: its newest old partition and the new one, plus the
     # first corrections key the main stream's listing meets before it jumps over the folder
     assert _requests(store, "list_entries") == 2 + 1 + 2
+
+
+def test_a_reconciling_run_deletes_only_the_pending_keys_of_what_it_listed_claimed(tmp_path):
+    store, c = FolderStore(tmp_path), cfg()
+    old = _upload(store, f"{IN}2026-11-01/a.jsonl")
+    batch = detect(store, c)
+    write_claim(store, c, batch, 1)
+    assert detect(store, c) is None                       # the mark: before 2026-11-01
+    new = _upload(store, f"{IN}2026-11-02/b.jsonl")
+    _record(store, [old, new])                            # events arrive late
+    batch = detect(store, c)                              # the nightly run
+    assert batch is not None and [s.key for s in batch.sources] == [new.key]
+    # old is claimed: its key is consumed; new is not claimed yet: its key stays
+    assert set(pending.markers(store, IN)) == {new.key}
+    write_claim(store, c, batch, 2)
+    assert detect(store, c) is None and pending.markers(store, IN) == {}
