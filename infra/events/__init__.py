@@ -15,4 +15,7 @@ Every source builds :class:`infra.events.model.ObjectCreated` and posts it with
 same upload seen twice (or by two sources) carries the same id. Delivery is at-least-once:
 each source acknowledges its input (deletes the message, answers 2xx, writes the cursor)
 only after the events API accepted the events, and ingest is idempotent by batch id.
+Before posting, the sink records each upload's key as pending in the store
+(``events/pending/<key>/<ETag>``), which the upload-triggered ingest reads instead of
+listing the incoming prefix (``tasks.pending``).
 """
