@@ -3,10 +3,12 @@ longer hold them, so that expire + vacuum leave no object in the bucket with the
 
     find (tasks.erase_find: id files -> touched batches -> rows of the ids in their shards)
     -> rewrite each touched shard without those rows (tasks.compact_rewrite, copy-on-write)
-       and each touched batch's id file without those ids
+       and each touched batch's id file without those ids; the same for the quarantine
+       shards holding rejected copies of them (tasks.erase_quarantine)
     -> build the version (core.replace.build_compaction: the touched batch lists replaced)
     -> commit_version (If-None-Match on the next version key, as every publish)
-    -> remove the raw uploads the rows came from, once the ledger says they were consumed
+    -> remove the raw uploads the rows came from, once the ledger says they were consumed,
+       and the ids from the validation reports that name quarantined copies
 
 The cost is the touched batches' id files and shards, not the dataset. Rows a deletion
 vector masked already in a rewritten shard are dropped too (their vectors go); other
@@ -14,8 +16,8 @@ shards keep their vectors. The version records what it did in counts only
 (``VersionDoc.changes``: rows deleted; ``validation.counts``: shards, id files, uploads):
 no object keeps the erased ids, not even hashed (a hash of a guessable id is the id).
 
-Ids that no live batch's id file holds are refused before anything is written (never
-published, quarantined at ingest, or erased already: the id files no longer know them).
+Ids that neither a live batch's id file nor a quarantine shard holds are refused before
+anything is written (never ingested, or erased already: no file knows them any more).
 On a lost race the erasure finds its ids again on the new latest version and retries.
 """
 
@@ -36,10 +38,11 @@ from shardline.core.deletions import ChangeSummary, encode_index, index_ref
 from shardline.core.errors import ObjectExists, PublishConflict, StoreError
 from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.parts import ValidationSummary
-from shardline.core.replace import ERASURE, build_compaction
+from shardline.core.replace import ERASURE, Rewrite, build_compaction
 from shardline.core.store import Store
 from shardline.tasks.delete import DeleteRefused
 from shardline.tasks.erase_find import Found, find, rewrite
+from shardline.tasks.erase_quarantine import redact_reports, rewrite_quarantined
 from shardline.tasks.ledger import claimed_sources
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ class EraseResult:
     rows_deleted: int
     shards_touched: int
     id_files_rewritten: int = 0
+    quarantined_erased: int = 0      # rejected rows of the ids (their quarantine copies)
     uploads_removed: list[str] = field(default_factory=list)
     uploads_kept: list[str] = field(default_factory=list)    # changed since: not ingested
     attempts: int = 1
@@ -68,7 +72,8 @@ class EraseResult:
                 "ingested yet" if self.uploads_kept else "")
         return (f"{self.dataset} v{self.version}: {self.rows_deleted} row(s) erased; "
                 f"{self.shards_touched} shard(s) and {self.id_files_rewritten} id file(s) "
-                f"rewritten without them, {len(self.uploads_removed)} raw upload(s) removed"
+                f"rewritten without them, {self.quarantined_erased} quarantined row(s) "
+                f"erased, {len(self.uploads_removed)} raw upload(s) removed"
                 f"{kept}. v{self.parent} and older still hold them until `shardline expire` "
                 "and `shardline vacuum`")
 
@@ -77,8 +82,8 @@ def _refuse_unknown(cfg: DatasetConfig, version: int, unknown: list[str]) -> Non
     if unknown:
         more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
         raise DeleteRefused(
-            f"dataset {cfg.name} v{version}: id {unknown[0]!r}{more} is in no live batch's id "
-            "file (never published, quarantined at ingest, or erased already); nothing was "
+            f"dataset {cfg.name} v{version}: id {unknown[0]!r}{more} is in no live batch, "
+            "published or quarantined (never ingested, or erased already); nothing was "
             "deleted. Remove it from the ids file and run the deletion again")
 
 
@@ -89,11 +94,19 @@ def build_erasure(store: Store, cfg: DatasetConfig, parent: Manifest, found: Fou
     prefix = cfg.prefix
     rewrites, id_files = rewrite(store, prefix, parent, found, ids, run,
                                  cfg.shards.compression, cfg.shards.record_batch_rows)
-    written = [s.path for rw in rewrites.values() for s in rw.outputs]
+    tag = f"{run}-v{parent.version:06d}"
+    for batch, q in rewrite_quarantined(store, prefix, found.quarantined, tag,
+                                        cfg.shards.compression,
+                                        cfg.shards.record_batch_rows).items():
+        rw = rewrites.get(batch, Rewrite(batch, [], []))
+        rewrites[batch] = dataclasses.replace(rw, quarantine=q)
+    written = [s.path for rw in rewrites.values()
+               for s in [*rw.outputs, *(rw.quarantine.outputs if rw.quarantine else [])]]
     gone = {s.path for rw in rewrites.values() for s in rw.replaced}
     left = [r for r in parent.deletion_refs if r.shard not in gone]
     counts = {"rows_deleted": found.rows, "shards_touched": len(gone),
-              "id_files_rewritten": len(rewrites), "new_rows": 0}
+              "id_files_rewritten": len(id_files),
+              "quarantined_rows_erased": found.quarantined_rows, "new_rows": 0}
     validation = ValidationSummary(success=True, suites=[SUITE], evaluated=found.rows,
                                    counts=counts)
     draft = build_compaction(prefix, parent, rewrites, run, rows_rewritten=found.rows,
@@ -139,11 +152,14 @@ def erase_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str |
                 continue
             m = read_manifest(store, cfg.prefix, draft.doc.version)   # ours; reply lost
         removed, kept = remove_uploads(store, cfg, found.sources)
+        if found.quarantined:
+            redact_reports(store, cfg.prefix, wanted.to_pylist())
         log.info("erased %d row(s) of %s: version %d (%s); %d raw upload(s) removed",
                  found.rows, cfg.name, m.version,
                  store.uri(layout.version_key(cfg.prefix, m.version)), len(removed))
         return EraseResult(cfg.name, m.version, latest.version, True, found.rows,
-                           found.shards, len(found.batches), removed, kept, attempt)
+                           found.shards, len(found.batches), found.quarantined_rows,
+                           removed, kept, attempt)
     raise PublishConflict(f"deletion in {cfg.name}: gave up after {max_attempts} lost races "
                           "for a version number; run it again")
 

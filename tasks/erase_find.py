@@ -27,6 +27,7 @@ from shardline.core.parts import ShardEntry
 from shardline.core.replace import Rewrite
 from shardline.core.store import Store
 from shardline.tasks.compact_rewrite import output_key, read_shard, rewrite_bin
+from shardline.tasks.erase_quarantine import QuarantineHit, find_quarantined
 from shardline.tasks.id_index import encode_ids, published_mask
 
 WORKERS = 8
@@ -48,6 +49,7 @@ class Found:
 
     batches: dict[str, str]                        # touched batch -> its id file
     hits: list[Hit] = field(default_factory=list)
+    quarantined: list[QuarantineHit] = field(default_factory=list)
     sources: set[str] = field(default_factory=set)   # raw uploads the rows came from
     unknown: list[str] = field(default_factory=list)  # in no live batch's id file
 
@@ -55,6 +57,10 @@ class Found:
     def rows(self) -> int:
         """Live rows the erasure removes."""
         return sum(h.live for h in self.hits)
+
+    @property
+    def quarantined_rows(self) -> int:
+        return sum(len(h.rows) for h in self.quarantined)
 
     @property
     def shards(self) -> int:
@@ -74,7 +80,10 @@ def find(store: Store, m: Manifest, ids: pa.Array) -> Found:
         if hit.any():
             known |= hit
             found.batches[r.batch] = r.ids_path
-    found.unknown = ids.filter(pa.array(~known)).to_pylist()
+    found.quarantined = find_quarantined(store, m, ids)
+    rejected = {i for h in found.quarantined for i in h.ids}
+    found.sources |= {k for h in found.quarantined for k in h.sources}
+    found.unknown = [i for i in ids.filter(pa.array(~known)).to_pylist() if i not in rejected]
     refs = [r for r in m.batch_lists if r.batch in found.batches]
     shards = [s for bl in m.read_lists(refs) for s in bl.shards]
     masked = m.masks({s.path for s in shards})

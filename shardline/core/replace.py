@@ -54,6 +54,8 @@ class Rewrite:
     replaced: list[ShardEntry]
     outputs: list[ShardEntry]
     masked_rows: int = 0            # rows of ``replaced`` that deletion vectors masked
+    # an erasure's rewrite of the batch's quarantine shards (``masked_rows``: rows erased)
+    quarantine: Rewrite | None = None
 
     def apply(self, shards: list[ShardEntry]) -> list[ShardEntry]:
         """The batch's shard list with the replaced shards swapped for the outputs (placed
@@ -72,11 +74,13 @@ class Rewrite:
 
 def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
                 objects: dict[str, bytes], run: str, validation: ValidationSummary,
-                *, masked_left: int = 0, erased: int = 0) -> VersionDraft:
+                *, masked_left: int = 0, erased: int = 0, erased_quarantined: int = 0
+                ) -> VersionDraft:
     """The version after ``parent`` whose live batches are ``refs``, all in a new checkpoint
     (written by ``run``), adding no batch. ``objects``: the new batch lists already in it.
     ``masked_left``: rows of ``refs`` deletion vectors still mask (an erasure keeps the
-    vectors of shards it does not rewrite); ``erased``: live rows the version removes.
+    vectors of shards it does not rewrite); ``erased``: live rows the version removes,
+    ``erased_quarantined``: quarantined rows.
 
     Raises:
         StoreError: the rows, batches or quarantined rows would differ from the parent's
@@ -87,8 +91,8 @@ def replacement(prefix: str, parent: VersionDoc, refs: list[BatchListRef],
                     bytes=sum(r.bytes for r in refs), batches=len(refs),
                     quarantined=sum(r.quarantined for r in refs))
     was = parent.totals
-    if (totals.rows, totals.batches, totals.quarantined) != (was.rows - erased, was.batches,
-                                                             was.quarantined):
+    if (totals.rows, totals.batches, totals.quarantined) != (
+            was.rows - erased, was.batches, was.quarantined - erased_quarantined):
         raise StoreError(f"a new version of {parent.dataset} v{parent.version} would change "
                          f"its totals {was} to {totals}; nothing was committed")
     version = parent.version + 1
@@ -133,6 +137,10 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
             key, body = id_files[old.batch]
             objects[key] = body
             new = dataclasses.replace(new, ids_path=key)
+        if rw.quarantine is not None:
+            q = rw.quarantine
+            new = dataclasses.replace(new, quarantine_shards=q.apply(old.quarantine_shards),
+                                      quarantined=old.quarantined - q.masked_rows)
         # the id range may name a deleted id
         dropped = rw.masked_rows > 0 or old.batch in id_files
         refs.append(dataclasses.replace(batch_list_ref(prefix, objects, old_ref.version, new),
@@ -148,8 +156,9 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
         success=True, suites=[SUITE], evaluated=rows_rewritten,
         counts={"rows_rewritten": rows_rewritten, "shards_in": replaced,
                 "shards_out": added, "batches": len(rewrites), "new_rows": 0})
+    erased_q = sum(rw.quarantine.masked_rows for rw in rewrites.values() if rw.quarantine)
     draft = replacement(prefix, parent.doc, refs, objects, run, validation,
-                        masked_left=masked_left, erased=erased)
+                        masked_left=masked_left, erased=erased, erased_quarantined=erased_q)
     return dataclasses.replace(draft, parent=parent)
 
 

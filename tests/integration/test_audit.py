@@ -28,6 +28,7 @@ from shardline.tasks.erase import erase_ids
 from shardline.tasks.expire import expire
 from shardline.tasks.lease import store_now
 from shardline.tasks.vacuum import vacuum
+from shardline.tasks.verify import verify
 from shardline.trainer.registry_view import model_rows
 from shardline.trainer.retention import versions_in_use
 from tests.integration.cli_helpers import cli_env
@@ -132,6 +133,7 @@ def test_no_object_holds_a_deleted_id_after_erase_expire_and_vacuum(store: Objec
     assert m.rows == before.num_rows - 4 and m.deleted_rows == 1
     assert m.doc.changes is not None and m.doc.changes.deleted == 2
     assert is_erasure(m) and not is_erasure(read_manifest(store, DS.prefix, 4))
+    assert verify(store, DS).sound
     # `shardline diff` across it cannot list the erased ids (none is kept): says incomplete
     assert compaction_between(lambda v: read_manifest(store, DS.prefix, v), 4, 5)
 
