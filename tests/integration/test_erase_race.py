@@ -15,7 +15,7 @@ import shardline
 from shardline.core.errors import ObjectExists
 from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.store import ObjectStore
-from shardline.tasks.erase import erase_ids
+from shardline.tasks.erase import EraseResult, erase_ids
 from shardline.tasks.id_index import published_mask
 from shardline.tasks.verify import verify
 from tests.integration.trainer_data import digits, digits_config, publish_version
@@ -72,3 +72,6 @@ def test_an_erasure_racing_an_ingest_loses_neither(store: ObjectStore) -> None:
         held = published_mask(store, [b.ids_path for b in m.batches], pa.array(sorted(every)))
         assert not held.any()
     assert verify(store, CFG).sound
+    # the Python API erases by default as the CLI does
+    r = shardline.delete_rows(CFG, [IDS[100]], store=store)
+    assert isinstance(r, EraseResult) and (r.version, r.rows_deleted) == (8, 1)
