@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 from shardline.core.parts import HOLDOUT
 from shardline.core.shard_table import ShardColumns
+from shardline.trainer.model import unwrap
 from shardline.trainer.plan import TrainPlan
 from shardline.trainer.replay import label_counts
 
@@ -75,3 +77,30 @@ def logit_shift(cols: ShardColumns, plan: TrainPlan, classes: int) -> torch.Tens
         return None
     shift = prior_shift(*priors)
     return None if shift is None else torch.from_numpy(shift.astype(np.float32))
+
+
+def output_layer(model: nn.Module, classes: int) -> nn.Linear | None:
+    """The last ``nn.Linear`` of ``model`` with one output per class, or None."""
+    found = [m for m in unwrap(model).modules()
+             if isinstance(m, nn.Linear) and m.out_features == classes]
+    return found[-1] if found else None
+
+
+@torch.no_grad()
+def align_new_classes(model: nn.Module, old: int, classes: int) -> float | None:
+    """Weight aligning (Zhao et al. 2020, "Maintaining discrimination and fairness in class
+    incremental learning"): scale the new classes' rows of the output layer so their mean
+    norm is the old classes' (their logits no longer win by size alone). Returns the factor,
+    or None when there is no such layer or nothing to align."""
+    layer = output_layer(model, classes)
+    if layer is None or not 0 < old < classes:
+        return None
+    norms = layer.weight.norm(dim=1)
+    new_mean = float(norms[old:].mean())
+    if new_mean <= 0:
+        return None
+    factor = float(norms[:old].mean()) / new_mean
+    layer.weight[old:] *= factor
+    if layer.bias is not None:
+        layer.bias[old:] *= factor
+    return factor

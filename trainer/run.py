@@ -28,7 +28,7 @@ from shardline.core.errors import StoreError
 from shardline.core.store import Store
 from shardline.trainer import dist
 from shardline.trainer.accel import apply_backends, compiled, plan_step
-from shardline.trainer.balance import logit_shift
+from shardline.trainer.balance import align_new_classes, logit_shift
 from shardline.trainer.candidate import finish
 from shardline.trainer.checkpoint import (
     load_model_tensors,
@@ -154,6 +154,13 @@ class _Trainer:
                          self._keep(model))
         state = run_loop(train_model, opt, loader, stream, ctx.place, state, hooks,
                          ctx.info.world, step)
+        if ctx.start.parent_classes is not None and ctx.cfg.train.align_head:
+            factor = align_new_classes(model, ctx.start.parent_classes,
+                                       ctx.objective.target.num_outputs)
+            if factor is not None:
+                self.last_eval = None        # the aligned model is evaluated again
+                if ctx.info.is_main:
+                    log.info("new classes' output rows scaled by %.3f (weight aligning)", factor)
         # a resumed run's saved evaluations carry no per-row results: the gate needs them
         after = self.last_eval if self.last_eval and self.last_eval.rows is not None \
             else self._eval(model)

@@ -280,6 +280,10 @@ class TrainConfig:
                                   "data's (new rows whole, older ones sampled) shifts the "
                                   "loss's logits by log(stream prior / data prior), against "
                                   "the recency bias of classes that grow (trainer.balance)")
+    align_head: Bool = Field(
+        default=False, description="after an update that grew the head, scale the new "
+                                   "classes' output rows to the old ones' mean norm "
+                                   "(weight aligning, trainer.balance)")
     distill: Float = Field(
         default=1.0, ge=0.0, description="class targets: weight of the parent's answers on "
                                          "its classes, distilled into an update against "

@@ -24,7 +24,7 @@ from shardline.core.builder import build_version
 from shardline.core.fields import DatasetInfo, FieldInfo, TargetInfo
 from shardline.core.manifest import Manifest
 from shardline.core.parts import ValidationSummary
-from shardline.trainer.balance import class_priors, logit_shift, prior_shift
+from shardline.trainer.balance import align_new_classes, class_priors, logit_shift, prior_shift
 from shardline.trainer.distill import Distill
 from shardline.trainer.loop import Step, make_step
 from shardline.trainer.objectives import objective
@@ -114,6 +114,25 @@ def test_distillation_is_zero_where_the_model_still_answers_like_its_parent() ->
     loss.backward()                                       # the gradient reaches the model only
     assert model.net.weight.grad is not None
     assert all(p.grad is None for p in frozen.parameters())
+
+
+def test_weight_aligning_gives_the_new_classes_the_old_ones_mean_norm() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4))   # 4 classes, 2 old
+    head = net[2]
+    with torch.no_grad():
+        head.weight[2:] *= 3.0                  # the new classes' rows grew large
+        head.bias.copy_(torch.tensor([0.1, -0.1, 0.6, 0.3]))
+    old_rows, new_bias = head.weight[:2].clone(), head.bias[2:].clone()
+    norms = head.weight.detach().norm(dim=1)
+    expected = float(norms[:2].mean() / norms[2:].mean())
+    assert align_new_classes(_Fields(net), 2, 4) == pytest.approx(expected)
+    after = head.weight.detach().norm(dim=1)
+    assert float(after[2:].mean()) == pytest.approx(float(after[:2].mean()), rel=1e-5)
+    assert torch.equal(head.weight[:2], old_rows)                    # the old rows as they were
+    assert torch.allclose(head.bias[2:], new_bias * expected)
+    assert align_new_classes(_Fields(net), 0, 4) is None             # nothing old to align to
+    assert align_new_classes(_Fields(nn.Linear(6, 3)), 2, 4) is None  # no layer of 4 outputs
 
 
 # -- the outcome on a seeded class-incremental stream ---------------------------------------
