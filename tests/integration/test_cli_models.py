@@ -47,8 +47,8 @@ def test_models_shows_promoted_and_refused_candidates_and_the_live_one(
     header, *lines = r.stdout.splitlines()
     cols = header.split("\t")
     assert cols == ["model", "status", "dataset_version", "parent", "accuracy",
-                    "accuracy_new", "accuracy_earlier", "metric", "gate", "promoted", "created",
-                    "reason"]
+                    "accuracy_new", "accuracy_earlier", "metric", "gate", "promoted", "corrected",
+                    "deleted", "created", "reason"]
     table = [dict(zip(cols, x.split("\t"), strict=True)) for x in lines]
     assert [(t["model"], t["status"], t["promoted"], t["gate"]) for t in table] == [
         ("4", "incomplete", "no", "-"), ("3", "complete", "live", "passed"),
@@ -56,6 +56,7 @@ def test_models_shows_promoted_and_refused_candidates_and_the_live_one(
     assert table[2]["accuracy"] == "0.8500" and table[2]["accuracy_earlier"] == "0.8600"
     assert table[2]["reason"] == "0.8500 is below the best promoted 0.9000"   # in full
     assert table[1]["parent"] == "1" and table[1]["created"] == "2026-11-23T10:03:00+00:00"
+    assert {(t["corrected"], t["deleted"]) for t in table[1:]} == {("0", "0")}   # grew only
 
     data = json.loads(run(env, "models", "-c", str(config), "--json").stdout)
     assert data["live"] == 3 and data["promoted_history"] == [1, 3]
