@@ -9,7 +9,6 @@ current optimizer: this run's learning rate, weight decay and implementation win
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import torch
@@ -18,17 +17,15 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from torch import nn
 
-from shardline.core.errors import ShardlineError
+from shardline.trainer.blobs import CheckpointError as CheckpointError
+from shardline.trainer.blobs import header_metadata as header_metadata
+from shardline.trainer.blobs import json_bytes as json_bytes
 from shardline.trainer.model import unwrap
 from shardline.trainer.trust import (
     OPTIMIZER_STATE_NAMES,
     UntrustedInput,
     check_param_groups,
 )
-
-
-class CheckpointError(ShardlineError):
-    """A stored checkpoint cannot be loaded into the current model/optimizer."""
 
 
 def tensors_to_bytes(tensors: dict[str, torch.Tensor], meta: dict[str, str] | None = None) -> bytes:
@@ -45,14 +42,6 @@ def bytes_to_tensors(data: bytes) -> dict[str, torch.Tensor]:
         return st_load(data)
     except SafetensorError as exc:
         raise CheckpointError(f"not a safetensors blob ({len(data)} bytes: {exc})") from exc
-
-
-def header_metadata(data: bytes) -> dict[str, str]:
-    """The string metadata of a safetensors blob (its JSON header's ``__metadata__``)."""
-    n = int.from_bytes(data[:8], "little")
-    if n <= 0 or n > len(data) - 8:
-        raise CheckpointError(f"not a safetensors blob (header length {n}, {len(data)} bytes)")
-    return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
 
 
 def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -142,7 +131,3 @@ def _state_name(key: str, params: dict[int, Any], where: str) -> tuple[int, str]
                              f"state.<param id>.<{'|'.join(sorted(OPTIMIZER_STATE_NAMES))}> "
                              "for a parameter of the stored layout")
     return int(parts[1]), parts[2]
-
-
-def json_bytes(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, default=str).encode()

@@ -29,6 +29,7 @@ from shardline.trainer.evaluate import EvalResult, earlier_upto
 from shardline.trainer.gate import Decision, Rules, gate, next_best
 from shardline.trainer.parent import Start
 from shardline.trainer.registry import ModelRegistry, Promoted
+from shardline.trainer.registry import history as history  # read here, kept importable
 from shardline.trainer.rows import RowScores, load_rows
 from shardline.trainer.trust import UntrustedInput
 
@@ -38,17 +39,6 @@ log = logging.getLogger(__name__)
 
 
 # -- reading the registry ------------------------------------------------------------------
-def history(promoted: Promoted | None) -> list[int]:
-    """Model numbers ever promoted, oldest first (a pointer written before the history was
-    kept counts its own model only)."""
-    if promoted is None:
-        return []
-    raw = promoted.pointer.get("history")
-    past = [n for n in raw if isinstance(n, int) and not isinstance(n, bool) and n > 0] \
-        if isinstance(raw, list) else []
-    return past if promoted.number in past else [*past, promoted.number]
-
-
 def _is_number(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 

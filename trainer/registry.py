@@ -28,13 +28,9 @@ from typing import Any
 from shardline.core.errors import ObjectChanged, ObjectExists, StoreError
 from shardline.core.manifest import now_iso
 from shardline.core.store import Store
-from shardline.trainer.checkpoint import (
-    CheckpointError,
-    bytes_to_tensors,
-    header_metadata,
-    json_bytes,
-    tensors_to_bytes,
-)
+
+# torch-free: listing models needs no torch (the tensor codecs load when a checkpoint does)
+from shardline.trainer.blobs import CheckpointError, header_metadata, json_bytes
 from shardline.trainer.trust import UntrustedInput, model_number
 
 _NUM_RE = re.compile(r"/(\d{6})/$")
@@ -49,6 +45,17 @@ class Promoted:
     number: int                        # model number the pointer names
     etag: str
     pointer: dict[str, Any]
+
+
+def history(promoted: Promoted | None) -> list[int]:
+    """Model numbers ever promoted, oldest first (a pointer written before the history was
+    kept counts its own model only)."""
+    if promoted is None:
+        return []
+    raw = promoted.pointer.get("history")
+    past = [n for n in raw if isinstance(n, int) and not isinstance(n, bool) and n > 0] \
+        if isinstance(raw, list) else []
+    return past if promoted.number in past else [*past, promoted.number]
 
 
 def moves(promoted: Promoted | None) -> list[dict[str, Any]]:
@@ -115,6 +122,8 @@ class ModelRegistry:
     def _tensors(self, number: int, name: str) -> dict[str, Any]:
         key = self.key(number, name)
         try:
+            from shardline.trainer.checkpoint import bytes_to_tensors
+
             return bytes_to_tensors(self.store.get_bytes(key))
         except CheckpointError as exc:
             raise UntrustedInput(f"model {number} of {self.prefix.removeprefix('models/')}: "
@@ -208,6 +217,8 @@ class ModelRegistry:
                       state: dict[str, Any]) -> str:
         """Write the state at ``step``, then drop older saves; returns the key."""
         key = self.progress_key(run_key, step)
+        from shardline.trainer.checkpoint import tensors_to_bytes
+
         data = tensors_to_bytes(tensors, {"state": json_bytes(state).decode()})
         # ObjectExists: this step is saved already (same inputs, same step: same state)
         with contextlib.suppress(ObjectExists):
@@ -224,6 +235,8 @@ class ModelRegistry:
             return None
         key = self.progress_key(run_key, steps[-1])
         data = self.store.get_bytes(key)
+        from shardline.trainer.checkpoint import bytes_to_tensors
+
         try:
             return key, bytes_to_tensors(data), json.loads(header_metadata(data)["state"])
         except (CheckpointError, KeyError, ValueError) as exc:

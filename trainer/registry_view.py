@@ -15,8 +15,7 @@ from typing import Any
 from shardline.core.errors import StoreError
 from shardline.core.manifest import read_manifest
 from shardline.core.store import Store
-from shardline.trainer.promote import history
-from shardline.trainer.registry import ModelRegistry, moves
+from shardline.trainer.registry import ModelRegistry, history, moves
 
 
 def _acc(metrics: dict[str, Any] | None, key: str) -> float | None:

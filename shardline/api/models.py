@@ -52,10 +52,13 @@ def load_model(dataset: str, *, version: int | None = None, alias: str = "live",
     """
     from shardline.api.access import store_for
     from shardline.core.config import Config, load_config
-    from shardline.trainer.factory import factory_path
-    from shardline.trainer.moves import rollback_target
-    from shardline.trainer.registry import ModelRegistry
-    from shardline.trainer.reload import rebuild
+    from shardline.resources import needs_extra
+
+    with needs_extra("shardline.load_model", "train"):   # a model is torch
+        from shardline.trainer.factory import factory_path
+        from shardline.trainer.moves import rollback_target
+        from shardline.trainer.registry import ModelRegistry
+        from shardline.trainer.reload import rebuild
 
     cfg = config if isinstance(config, Config) or config is None else load_config(config)
     store = store_for(**where)

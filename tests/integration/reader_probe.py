@@ -42,7 +42,13 @@ def main(name: str, config: str) -> dict[str, Any]:
         loader = ""
     except Exception as exc:   # the one line a reader without torch gets
         loader = f"{type(exc).__name__}: {exc}"
-    return {"python": list(sys.version_info[:2]), "file": shardline.__file__,
+    try:
+        shardline.load_model(name)
+        model = ""
+    except Exception as exc:
+        model = f"{type(exc).__name__}: {exc}"
+    return {"python": list(sys.version_info[:2]), "models": shardline.list_models(name),
+            "model": model, "file": shardline.__file__,
             "version": ds.version, "rows": len(frame), "ids": sorted(frame["id"].tolist()),
             "versions": [v["version"] for v in shardline.list_dataset_versions(name)],
             "loader": loader, "installed": [m for m in HEAVY if _found(m)],
