@@ -170,15 +170,13 @@ def remove_uploads(store: Store, cfg: DatasetConfig, keys: set[str]) -> tuple[li
     (its key and ETag claimed by a published version: every row of it was published or
     quarantined). One replaced since (another ETag: not ingested yet) or gone is left.
     (removed, kept) keys."""
-    if not keys:
-        return [], []
+    present = [i for i in (store.head(k) for k in sorted(keys)) if i is not None]
+    if not present:
+        return [], []                     # the ledger is read only when there is a choice
     claimed = claimed_sources(store, cfg)
     removed: list[str] = []
     kept: list[str] = []
-    for key in sorted(keys):
-        info = store.head(key)
-        if info is None:
-            continue
-        (removed if (key, info.etag) in claimed else kept).append(key)
+    for info in present:
+        (removed if (info.key, info.etag) in claimed else kept).append(info.key)
     store.delete(removed)
     return removed, kept

@@ -122,11 +122,14 @@ def build_compaction(prefix: str, parent: Manifest, rewrites: dict[str, Rewrite]
     id_files = id_files or {}
     refs: list[BatchListRef] = []
     old_refs = parent.batch_lists
-    for old_ref, old in zip(old_refs, parent.read_lists(old_refs), strict=True):
-        rw = rewrites.get(old.batch)
+    touched = [r for r in old_refs if r.batch in rewrites]        # only those are read
+    lists = dict(zip([r.batch for r in touched], parent.read_lists(touched), strict=True))
+    for old_ref in old_refs:
+        rw = rewrites.get(old_ref.batch)
         if rw is None:
             refs.append(old_ref)          # untouched: the same object, the same digest
             continue
+        old = lists[old_ref.batch]
         shards = rw.apply(old.shards)
         if sum(s.rows for s in shards) != old.rows - rw.masked_rows:
             raise StoreError(f"batch {old.batch}: compacted shards hold "
