@@ -193,13 +193,15 @@ class _Trainer:
         return None if shift is None else shift.to(ctx.place.device)
 
     def _keep(self, model: torch.nn.Module) -> Distill | None:
-        """The parent distilled into the update (``trainer.distill``), for a class target
-        continuing a parent; before any step, so ``model`` holds the parent's weights."""
+        """The parent distilled into an update that grew its head (``trainer.distill``), for
+        a class target; before any step, so ``model`` holds the parent's weights. Not when
+        the classes stayed: under drift the parent's answers are partly out of date, and
+        holding the update to them slowed it down (bench learning --scenario drift)."""
         ctx, t = self.ctx, self.ctx.cfg.train
-        if t.distill <= 0 or not ctx.start.from_parent or ctx.objective.kind != "class" \
-                or ctx.hooks.step is not None:
+        known = ctx.start.parent_classes
+        if t.distill <= 0 or known is None or not ctx.start.from_parent \
+                or ctx.objective.kind != "class" or ctx.hooks.step is not None:
             return None
-        known = ctx.start.parent_classes or ctx.objective.target.num_outputs
         return Distill.of(model, known, t.distill)
 
     def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:

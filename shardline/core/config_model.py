@@ -286,8 +286,9 @@ class TrainConfig:
                                    "(weight aligning, trainer.balance)")
     distill: Float = Field(
         default=1.0, ge=0.0, description="class targets: weight of the parent's answers on "
-                                         "its classes, distilled into an update against "
-                                         "forgetting (trainer.distill); 0 off")
+                                         "its classes, distilled into an update that grew "
+                                         "the head, against forgetting (trainer.distill); "
+                                         "0 off")
     model_args: dict[Str, Any] = Field(
         default_factory=dict, description="keyword arguments of the model factory "
                                           "([train.model_args])")
