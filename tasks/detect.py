@@ -28,7 +28,7 @@ from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ConfigError
 from shardline.core.store import ObjectInfo, Store
-from shardline.tasks import listing, pending
+from shardline.tasks import deletion_uploads, listing, pending
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.convert.formats import format_of, group_root
 from shardline.tasks.lease import store_now
@@ -170,9 +170,14 @@ def detect(store: Store, cfg: DatasetConfig, scope: Scope = Scope()) -> Batch | 
                         "retry it", store.bucket, key, etag, why[:300])
     claimed, seen = claimed_as_of(store, cfg)
     done = claimed | set(aside)
-    batch = new_sources(sources, done, strikes)
+    batch = new_sources([s for s in sources if not layout.is_deletion(cfg.incoming, s.key)],
+                        done, strikes)
     if batch is not None:
         batch = dataclasses.replace(batch, seen_version=seen)
+    else:        # no data upload is new: apply the deletion uploads (tasks.deletion_uploads)
+        applied = deletion_uploads.apply_all(store, cfg, deletion_uploads.pending_deletions(
+            sources, cfg, done))
+        done |= {(a.key, a.etag) for a in applied}
     if marks:
         by_key = {s.key: (s.key, s.etag) for s in sources}
         source_of = {k: src for k in marks

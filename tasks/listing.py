@@ -15,9 +15,10 @@ partition is always listed again (uploads still landing in it are found), and an
 that is not ingested yet keeps its partition in every listing until it is. An upload into
 an older partition after the mark passed it is found by its event or the next full listing.
 
-Some sub-folders of ``incoming/`` are streams of their own (:data:`STREAMS`: corrections/),
+Some sub-folders of ``incoming/`` are streams of their own (:data:`STREAMS`: corrections/,
+deletions/),
 ordered by their own first path segment: each keeps its own mark, and the listing of the
-main stream jumps over them (one extra LIST request each), so a corrections folder neither
+main stream jumps over them (one extra LIST request each), so such a folder neither
 hides new dates nor is re-listed in full.
 """
 
@@ -34,7 +35,7 @@ from shardline.core.store import ObjectInfo, Store
 
 STATE_FORMAT = 1
 # sub-folders of the incoming prefix that are ordered streams of their own
-STREAMS: tuple[str, ...] = (layout.CORRECTIONS,)
+STREAMS: tuple[str, ...] = (layout.CORRECTIONS, layout.DELETIONS)
 _TOP = "\U0010ffff"          # sorts after every character a key holds
 
 

@@ -166,6 +166,20 @@ def is_correction(incoming: str, key: str) -> bool:
     return key.startswith(corrections_prefix(incoming))
 
 
+# -- deletions ---------------------------------------------------------------------------
+DELETIONS = "deletions/"
+
+
+def deletions_prefix(incoming: str) -> str:
+    """Uploads under this prefix of the dataset's incoming prefix are deletions: lists of
+    ids to erase (``tasks.deletion_uploads``)."""
+    return incoming.rstrip("/") + "/" + DELETIONS
+
+
+def is_deletion(incoming: str, key: str) -> bool:
+    return key.startswith(deletions_prefix(incoming))
+
+
 # -- ledger, staging, reports --------------------------------------------------------------
 def batches_prefix(prefix: str) -> str:
     return f"{prefix}/batches/"
