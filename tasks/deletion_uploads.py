@@ -32,10 +32,11 @@ import pyarrow.parquet as pq
 
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import ObjectExists, ShardlineError
+from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import Store
 from shardline.tasks.batch import Batch, Source, batch_id
+from shardline.tasks.delete import DeleteRefused
 from shardline.tasks.erase import erase_ids
 from shardline.tasks.erase_find import find
 
@@ -138,12 +139,12 @@ def apply_all(store: Store, cfg: DatasetConfig, sources: list[Source]) -> list[A
 def apply_one(store: Store, cfg: DatasetConfig, src: Source) -> Applied:
     """Erase the known ids of ``src``, quarantine the others, claim the upload."""
     batch = Batch(batch_id([src]), (src,))
-    latest = latest_manifest(store, cfg.prefix)
-    parent = latest.version if latest is not None else 0
     try:
         lines = read_ids(store.get_bytes(src.key), src.key, cfg.id_column)
     except DeletionFileError as exc:
         log.error("%s", exc)
+        latest = latest_manifest(store, cfg.prefix)
+        parent = latest.version if latest is not None else 0
         return _claim(store, cfg, batch, Applied(src.key, src.etag, parent, None, 0,
                                                  error=str(exc)))
     first: dict[str, int] = {}
@@ -154,21 +155,40 @@ def apply_one(store: Store, cfg: DatasetConfig, src: Source) -> Applied:
                                    f"id of line {first[i]}; it is handled once there"))
         else:
             first[i] = n
-    unknown = set(first) if latest is None else \
-        set(find(store, latest, pa.array(list(first), pa.string())).unknown)
+    parent, version, unknown = _erase_known(store, cfg, batch, list(first))
     for i in unknown:
         out.append(Quarantined(first[i], i, "unknown_id", f"id {i!r} in {src.key} line "
                                f"{first[i]} is not in the dataset (v{parent}); nothing "
                                "deleted for it"))
     known = [i for i in first if i not in unknown]
-    version = None
-    if known:
-        r = erase_ids(store, cfg, known, run_id=f"del{batch.id[:10]}")
-        version, parent = r.version, r.parent
     for q in sorted(out, key=lambda q: q.line):
         log.warning("quarantined (%s): %s", q.rule, q.reason)
     return _claim(store, cfg, batch, Applied(src.key, src.etag, parent, version, len(known),
                                              sorted(out, key=lambda q: q.line)))
+
+
+def _erase_known(store: Store, cfg: DatasetConfig, batch: Batch, ids: list[str],
+                 attempts: int = 5) -> tuple[int, int | None, set[str]]:
+    """Erase those of ``ids`` the latest version holds: (the version they were looked up
+    in, the erasure's version or None, the ids it does not hold). An id erased by another
+    deletion between the look-up and the erasure: looked up again."""
+    for _ in range(attempts):
+        latest = latest_manifest(store, cfg.prefix)
+        if latest is None:
+            return 0, None, set(ids)
+        unknown = set(find(store, latest, pa.array(ids, pa.string())).unknown)
+        known = [i for i in ids if i not in unknown]
+        if not known:
+            return latest.version, None, unknown
+        try:
+            r = erase_ids(store, cfg, known, run_id=f"del{batch.id[:10]}")
+        except DeleteRefused:
+            log.info("an id of %s was erased meanwhile; looking the ids up again",
+                     batch.sources[0].key)
+            continue
+        return latest.version, r.version, unknown
+    raise PublishConflict(f"deletion upload {batch.sources[0].key}: its ids kept changing "
+                          f"under it ({attempts} look-ups); the next ingest run applies it")
 
 
 def _claim(store: Store, cfg: DatasetConfig, batch: Batch, done: Applied) -> Applied:
