@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from shardline.core import layout
 from shardline.core.config import DatasetConfig
 from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError
-from shardline.core.manifest import latest_manifest
+from shardline.core.manifest import Manifest, latest_manifest, read_manifest
 from shardline.core.store import Store
 from shardline.tasks.batch import Batch, Source, batch_id
 from shardline.tasks.delete import DeleteRefused
@@ -172,16 +172,25 @@ def _erase_known(store: Store, cfg: DatasetConfig, batch: Batch, ids: list[str],
     """Erase those of ``ids`` the latest version holds: (the version they were looked up
     in, the erasure's version or None, the ids it does not hold). An id erased by another
     deletion between the look-up and the erasure: looked up again."""
+    run = f"del{batch.id[:10]}"
     for _ in range(attempts):
         latest = latest_manifest(store, cfg.prefix)
         if latest is None:
             return 0, None, set(ids)
+        if latest.doc.parent is not None and _written_by(latest, run):
+            # an earlier run committed this erasure and died before its claim: the ids
+            # it did not know are looked up in the version it started from
+            before = read_manifest(store, cfg.prefix, latest.doc.parent)
+            log.info("%s was applied as v%d already; claiming it", batch.sources[0].key,
+                     latest.version)
+            return before.version, latest.version, set(
+                find(store, before, pa.array(ids, pa.string())).unknown)
         unknown = set(find(store, latest, pa.array(ids, pa.string())).unknown)
         known = [i for i in ids if i not in unknown]
         if not known:
             return latest.version, None, unknown
         try:
-            r = erase_ids(store, cfg, known, run_id=f"del{batch.id[:10]}")
+            r = erase_ids(store, cfg, known, run_id=run)
         except DeleteRefused:
             log.info("an id of %s was erased meanwhile; looking the ids up again",
                      batch.sources[0].key)
@@ -189,6 +198,12 @@ def _erase_known(store: Store, cfg: DatasetConfig, batch: Batch, ids: list[str],
         return latest.version, r.version, unknown
     raise PublishConflict(f"deletion upload {batch.sources[0].key}: its ids kept changing "
                           f"under it ({attempts} look-ups); the next ingest run applies it")
+
+
+def _written_by(m: Manifest, run: str) -> bool:
+    """Whether version ``m`` is the erasure of run ``run`` (its checkpoint's key names it)."""
+    ck = m.doc.checkpoint
+    return ck is not None and ck.key.endswith(f"-{run}.json") and m.doc.batch is None
 
 
 def _claim(store: Store, cfg: DatasetConfig, batch: Batch, done: Applied) -> Applied:

@@ -78,6 +78,16 @@ def test_deletion_upload_erases_known_ids_and_quarantines_the_others(
     assert _ingest(store, cfg, "r3") == []                      # a re-run: nothing twice
     assert latest_manifest(store, cfg.prefix).version == 2      # type: ignore[union-attr]
 
+    # a run killed between the erasure's commit and its claim: the next run claims it,
+    # with the same records, and publishes nothing
+    claim = layout.batch_claim_key(cfg.prefix, rec["batch"])
+    store.delete([claim])
+    assert _ingest(store, cfg, "r4") == []
+    assert latest_manifest(store, cfg.prefix).version == 2      # type: ignore[union-attr]
+    again = _record(store, cfg, key)
+    assert again is not None and again["quarantined"] == rec["quarantined"]
+    assert (again["deleted"], again["version"]) == (3, 2)
+
 
 def test_empty_deletion_file_never_blocks_and_events_apply_csv(store: ObjectStore) -> None:
     cfg = dataset_config()
