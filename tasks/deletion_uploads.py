@@ -11,7 +11,8 @@ Every line ends exactly once: its id erased, or a quarantine record with the rea
 not in the dataset, or a repeat of an earlier line). The record is the upload's claim in
 the ledger (``batches/<id>.json``, with ``kind: deletions``, the counts and the quarantine
 records), written after the version commits, so the upload is claimed like any other and a
-re-run publishes nothing twice. The erased ids themselves are written nowhere (only counted).
+re-run publishes nothing twice. The erased ids themselves are written nowhere (only counted),
+and the applied file is removed once claimed (it names them).
 An empty or unreadable file is claimed with its one-line error, so it never blocks the next
 upload; upload a fixed file (a new ETag) to apply it.
 """
@@ -220,7 +221,19 @@ def _claim(store: Store, cfg: DatasetConfig, batch: Batch, done: Applied) -> App
     log.info("deletion upload %s: %d id(s) erased%s, %d line(s) quarantined", done.key,
              done.deleted, f" (v{done.version})" if done.version else "",
              len(done.quarantined))
+    if done.error is None:
+        _remove_applied(store, batch.sources[0])
     return done
+
+
+def _remove_applied(store: Store, src: Source) -> None:
+    """Remove the applied deletion file: it names the erased ids, and after expire + vacuum
+    no object may hold them. Its claim keeps what it did; a file replaced since (another
+    ETag: not applied yet) is left for the next run. An unreadable file is kept (its claim
+    names the error) so nothing the user sent is lost."""
+    info = store.head(src.key)
+    if info is not None and info.etag == src.etag:
+        store.delete([src.key])
 
 
 def record(store: Store, cfg: DatasetConfig, src: Source) -> dict[str, Any] | None:
