@@ -95,3 +95,34 @@ def test_training_on_a_terminal_draws_an_epoch_bar(
     assert "samples/s" in plain and "-> model 1" in plain
     # the trainer's interval lines (`... step N epoch E loss ...`) are not printed above it
     assert not re.search(r"shardline\.trainer\.loop step \d+ epoch", plain), plain[-2000:]
+
+
+def test_processes_option_reaches_the_rank_launcher(app: typer.Typer, store: ObjectStore,
+                                                    stack_env: StoreSettings, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``-p 2 --no-flow`` hands the resolved version and 2 ranks to ``train_ranks``; the ranks
+    themselves run for real in test_train_flow (2 gloo processes) and
+    test_train_distributed, so here the launcher is replaced to keep this test cheap."""
+    from shardline.tasks import launch
+
+    cfg = digits_config(epochs=1, cache_dir=str(tmp_path / "cache"))
+    publish_version(store, cfg.dataset, np.arange(200))
+    config = tmp_path / "digits.toml"
+    config.write_text(config_toml(cfg))
+    seen: list[tuple[int, int]] = []
+
+    class Done:
+        def to_dict(self) -> dict:
+            return {"model_version": 1, "dataset_version": 1}
+
+    def ranks(cfg_: object, store_: StoreSettings, version: int, processes: int,
+              **_: object) -> Done:
+        seen.append((version, processes))
+        return Done()
+
+    monkeypatch.setattr(launch, "train_ranks", ranks)
+    r = CliRunner().invoke(app, ["train", "-c", str(config), "--json", "--no-flow", "-p", "2"])
+    assert r.exit_code == 0, r.output
+    assert seen == [(1, 2)] and json.loads(r.stdout)["model_version"] == 1
+    r = CliRunner().invoke(app, ["train", "-c", str(config), "--no-flow", "-p", "-1"])
+    assert r.exit_code == 2 and seen == [(1, 2)]               # refused before any launch
