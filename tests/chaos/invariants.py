@@ -164,6 +164,33 @@ def check_dataset(store: ObjectStore, cfg: DatasetConfig, expected: Expected | N
     return DatasetReport(len(versions), len(ids), len(qrows), len(v.tables))
 
 
+def _no_shown_drop(n: int, meta: dict, after: float, before: float, tol: float) -> None:
+    """A promoted model is not worse than the model it replaced by a drop its held-out rows
+    show: the gate's rule (trainer/gate.py), re-derived here from the recorded paired counts
+    (McNemar mid-p from wins/losses), not taken from the gate's verdict. A drop within
+    noise may be promoted; a record without evidence falls back to the fixed tolerance."""
+    from scipy import stats
+
+    live = [e for e in meta["gate"].get("evidence") or []
+            if str(e["against"]).startswith("live model") and e["scope"] == "held-out"]
+    if not live or live[0]["test"] != "McNemar mid-p":
+        _require(after + tol >= before,
+                 f"model {n} promoted with accuracy {after} below the model it replaced "
+                 f"({before} on the same rows) by more than {tol}")
+        return
+    e = live[0]
+    wins, losses, rows = int(e["wins"]), int(e["losses"]), int(e["rows"])
+    _require(abs((wins - losses) / rows - (after - before)) < 1e-9,
+             f"model {n}: its evidence ({wins} wins, {losses} losses on {rows} rows) is not "
+             f"the accuracy change it records ({before} -> {after})")
+    d = wins + losses
+    p = float(stats.binom.sf(losses, d, 0.5) + 0.5 * stats.binom.pmf(losses, d, 0.5)) \
+        if d else 1.0
+    _require(not (p < float(e["alpha"]) and before - after >= float(e["tolerance"]) - 1e-12),
+             f"model {n} promoted {before - after:.4f} below the model it replaced on the "
+             f"same {rows} rows, a drop they show (mid-p {p:.3g} < alpha {e['alpha']})")
+
+
 @dataclass
 class ModelReport:
     models: int
@@ -188,9 +215,7 @@ def check_models(store: ObjectStore, dataset: str, model: str) -> ModelReport:
         before = (meta["metrics"].get("before") or {}).get("accuracy")
         tol = float(meta["config"]["train"]["promote_tolerance"])
         if previous is not None and before is not None:
-            _require(after + tol >= before,
-                     f"model {n} promoted with accuracy {after} below the model it replaced "
-                     f"({before} on the same rows) by more than {tol}")
+            _no_shown_drop(n, meta, after, before, tol)
         previous = after
     for n in reg.numbers():
         if store.head(reg.key(n, "meta.json")) is not None and n not in chain:
