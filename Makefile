@@ -11,7 +11,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export GX_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 
-.PHONY: setup demo test test-fast lint up down status bench browser-deps clean chaos wheels
+.PHONY: setup demo test test-slow test-fast lint up down status bench browser-deps clean chaos wheels
 
 setup: $(STAMP)
 
@@ -50,6 +50,11 @@ chaos: setup
 # a minute per Python. `make test` runs the quick variant (extras hidden, this venv's Python).
 wheels: setup
 	SHARDLINE_WHEELS_FULL=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m slow tests/integration/test_packaging.py
+
+# Tests marked slow (a benchmark's smoke runs, a second stack beside the first): they repeat
+# what faster tests show and would push make test past CI's 30 minutes.
+test-slow: setup browser-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m slow tests
 
 test-fast: setup
 	$(BIN)/python -m pytest -q tests/unit

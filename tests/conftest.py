@@ -24,6 +24,18 @@ from shardline.core.store import ObjectStore  # noqa: E402
 from shardline.infra import procs, services  # noqa: E402
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only when a ``-m`` expression names them (``make
+    test-slow``, ``make wheels``): they repeat what faster tests already show (a benchmark's
+    smoke run, a second stack) and would push ``make test`` past CI's 30 minutes."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: make test-slow (-m slow)")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def server_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("servers")

@@ -38,6 +38,7 @@ def _positive(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_loader_quick_json_has_positive_medians_and_ratios(tmp_path: Path) -> None:
     env = dict(os.environ, SHARDLINE_BENCH_DATA=str(tmp_path / "data"),
@@ -76,6 +77,7 @@ def test_loader_quick_json_has_positive_medians_and_ratios(tmp_path: Path) -> No
     assert (tmp_path / "results" / "loader-quick.json").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_pipeline_bench_times_every_hop_in_order(tmp_path: Path) -> None:
     """One small drop through the real embedded stack: every hop is timed, the points of
