@@ -33,10 +33,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardline.core.builder import commit_version
+from shardline.core.builder import commit_or_lost
 from shardline.core.config import DatasetConfig
-from shardline.core.errors import ObjectExists, PublishConflict, StoreError
-from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.errors import PublishConflict, StoreError
+from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.parts import ShardEntry
 from shardline.core.replace import Rewrite, build_compaction
 from shardline.core.schema import data_schema
@@ -215,15 +215,11 @@ def compact(store: Store, cfg: DatasetConfig, *, min_mb: float | None = None,
             raise StoreError(f"compaction of {cfg.name} ran longer than 90% of "
                              f"sweep_after_minutes ({cfg.sweep_after_minutes:g}); nothing "
                              "was committed. Raise sweep_after_minutes for the run")
-        try:
-            m = commit_version(store, draft)
-        except ObjectExists:
-            if store.get_bytes(draft.key) != draft.body:
-                log.info("version %d was taken by a concurrent publisher (attempt %d); "
-                         "planning again", draft.doc.version, attempt)
-                store.delete(draft.run_objects)     # this draft's batch lists + checkpoint
-                continue
-            m = read_manifest(store, cfg.prefix, draft.doc.version)   # ours; reply lost
+        m = commit_or_lost(store, draft, draft.run_objects)   # its batch lists, checkpoint
+        if m is None:
+            log.info("version %d was taken by a concurrent publisher (attempt %d); "
+                     "planning again", draft.doc.version, attempt)
+            continue
         used = {s.path for rw in rewrites.values() for s in rw.outputs}
         gone = store.delete(outs.unused(used))
         out_bytes = sum(s.bytes for rw in rewrites.values() for s in rw.outputs)

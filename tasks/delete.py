@@ -28,12 +28,12 @@ from typing import Any
 import pyarrow as pa
 
 from shardline.core import layout
-from shardline.core.builder import commit_version
+from shardline.core.builder import commit_or_lost
 from shardline.core.change import build_deletion
 from shardline.core.config import DatasetConfig
 from shardline.core.deletions import ChangeSummary
-from shardline.core.errors import ObjectExists, PublishConflict, ShardlineError, StoreError
-from shardline.core.manifest import latest_manifest, read_manifest
+from shardline.core.errors import PublishConflict, ShardlineError, StoreError
+from shardline.core.manifest import latest_manifest
 from shardline.core.store import Store
 from shardline.tasks.locate import locate
 
@@ -119,15 +119,11 @@ def delete_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str 
                                 found.already_masked, attempt)
         changes = ChangeSummary(kind="delete", deleted=found.rows)
         draft = build_deletion(cfg.prefix, latest, found.masked, run, changes)
-        try:
-            m = commit_version(store, draft)
-        except ObjectExists:
-            if store.get_bytes(draft.key) != draft.body:
-                log.info("version %d was taken by a concurrent publisher (attempt %d); "
-                         "locating the ids again", draft.doc.version, attempt)
-                store.delete(list(draft.objects))     # this run's vectors and index only
-                continue
-            m = read_manifest(store, cfg.prefix, draft.doc.version)   # ours; reply lost
+        m = commit_or_lost(store, draft, draft.objects)   # this run's vectors and index
+        if m is None:
+            log.info("version %d was taken by a concurrent publisher (attempt %d); "
+                     "locating the ids again", draft.doc.version, attempt)
+            continue
         log.info("deleted %d row(s) of %s in %d shard(s): version %d (%s)", found.rows,
                  cfg.name, len(found.masked), m.version,
                  store.uri(layout.version_key(cfg.prefix, m.version)))

@@ -32,11 +32,11 @@ from typing import Any
 import pyarrow as pa
 
 from shardline.core import layout
-from shardline.core.builder import VersionDraft, commit_version
+from shardline.core.builder import VersionDraft, commit_or_lost
 from shardline.core.config import DatasetConfig
 from shardline.core.deletions import ChangeSummary, encode_index, index_ref
-from shardline.core.errors import ObjectExists, PublishConflict, StoreError
-from shardline.core.manifest import Manifest, latest_manifest, read_manifest
+from shardline.core.errors import PublishConflict, StoreError
+from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.parts import ValidationSummary
 from shardline.core.replace import ERASURE, Rewrite, build_compaction
 from shardline.core.store import Store
@@ -142,15 +142,11 @@ def erase_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str |
         found = find(store, latest, wanted)
         _refuse_unknown(cfg, latest.version, found.unknown)
         draft, written = build_erasure(store, cfg, latest, found, wanted, run)
-        try:
-            m = commit_version(store, draft)
-        except ObjectExists:
-            if store.get_bytes(draft.key) != draft.body:
-                log.info("version %d was taken by a concurrent publisher (attempt %d); "
-                         "finding the ids again", draft.doc.version, attempt)
-                store.delete([*draft.objects, *written])   # this attempt's files only
-                continue
-            m = read_manifest(store, cfg.prefix, draft.doc.version)   # ours; reply lost
+        m = commit_or_lost(store, draft, [*draft.objects, *written])   # this attempt's
+        if m is None:
+            log.info("version %d was taken by a concurrent publisher (attempt %d); "
+                     "finding the ids again", draft.doc.version, attempt)
+            continue
         removed, kept = remove_uploads(store, cfg, found.sources)
         if found.quarantined:
             redact_reports(store, cfg.prefix, wanted.to_pylist())

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,6 +256,20 @@ def write_objects(store: Store, draft: VersionDraft) -> None:
                 else "application/json"))
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(put, draft.objects.items()))
+
+
+def commit_or_lost(store: Store, draft: VersionDraft, own: Iterable[str]) -> Manifest | None:
+    """``commit_version``, telling a lost race from a lost reply: the committed version (also
+    when the reply to our own write was lost: the document holds our bytes), or None when
+    another publisher took the number; ``own`` (this attempt's objects, which nothing
+    references then) is deleted, and the caller builds again on the new latest."""
+    try:
+        return commit_version(store, draft)
+    except ObjectExists:
+        if store.get_bytes(draft.key) == draft.body:
+            return draft.manifest(store.get_bytes)
+        store.delete(list(own))
+        return None
 
 
 def commit_version(store: Store, draft: VersionDraft,

@@ -17,13 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from shardline.core import builder as builder_mod
 from shardline.core import layout
 from shardline.core.builder import commit_version
 from shardline.core.errors import ObjectExists, StoreError
 from shardline.core.manifest import list_versions, read_manifest
 from shardline.core.store import ObjectStore
 from shardline.core.version_doc import UnsupportedFormat
-from shardline.tasks import compact as compact_mod
 from shardline.tasks.compact import compact
 from shardline.tasks.id_index import published_mask
 from shardline.tasks.migrate import migrate
@@ -221,7 +221,7 @@ def test_a_racing_publish_is_not_lost(store, monkeypatch) -> None:
             raced.append(publish_version(store, CFG, np.arange(2 * ROWS, 3 * ROWS)).version)
         return real(s, draft)
 
-    monkeypatch.setattr(compact_mod, "commit_version", racing_commit)
+    monkeypatch.setattr(builder_mod, "commit_version", racing_commit)   # under commit_or_lost
     r = compact(store, CFG, target_mb=1.0)
     assert raced == [3] and r.attempts == 2 and r.version == 4 and r.parent == 3
     m = read_manifest(store, CFG.prefix, 4)
@@ -243,7 +243,7 @@ def test_a_lost_commit_reply_counts_as_committed(store, monkeypatch) -> None:
         real(s, draft)
         raise ObjectExists(draft.key)
 
-    monkeypatch.setattr(compact_mod, "commit_version", lost_reply)
+    monkeypatch.setattr(builder_mod, "commit_version", lost_reply)
     r = compact(store, CFG, target_mb=1.0)
     assert r.created and r.version == 3 and r.attempts == 1
     m = read_manifest(store, CFG.prefix, 3)
