@@ -33,7 +33,7 @@ from shardline.core.change import build_deletion
 from shardline.core.config import DatasetConfig
 from shardline.core.deletions import ChangeSummary
 from shardline.core.errors import PublishConflict, ShardlineError, StoreError
-from shardline.core.manifest import latest_manifest
+from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.store import Store
 from shardline.tasks.locate import locate
 
@@ -95,6 +95,19 @@ def _refuse_unknown(cfg: DatasetConfig, version: int, unknown: list[str]) -> Non
             "from the ids file and run the deletion again")
 
 
+def latest_to_change(store: Store, cfg: DatasetConfig) -> Manifest:
+    """The latest version, which a deletion or an erasure builds on.
+
+    Raises:
+        StoreError: the dataset has no version yet.
+    """
+    latest = latest_manifest(store, cfg.prefix)
+    if latest is None:
+        raise StoreError(f"no dataset versions under s3://{store.bucket}/{cfg.prefix}/; "
+                         "nothing to delete")
+    return latest
+
+
 def delete_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str | None = None,
                max_attempts: int = 50) -> DeleteResult:
     """Publish the version after the latest without the rows of ``ids``.
@@ -107,10 +120,7 @@ def delete_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str 
     run = run_id or f"delete{uuid.uuid4().hex[:8]}"
     wanted = pa.array(list(dict.fromkeys(ids)), pa.string())
     for attempt in range(1, max_attempts + 1):
-        latest = latest_manifest(store, cfg.prefix)
-        if latest is None:
-            raise StoreError(f"no dataset versions under s3://{store.bucket}/{cfg.prefix}/; "
-                             "nothing to delete")
+        latest = latest_to_change(store, cfg)
         found = locate(store, latest, wanted)
         _refuse_unknown(cfg, latest.version, found.unknown)
         if not found.masked:

@@ -35,12 +35,12 @@ from shardline.core import layout
 from shardline.core.builder import VersionDraft, commit_or_lost
 from shardline.core.config import DatasetConfig
 from shardline.core.deletions import ChangeSummary, encode_index, index_ref
-from shardline.core.errors import PublishConflict, StoreError
-from shardline.core.manifest import Manifest, latest_manifest
+from shardline.core.errors import PublishConflict
+from shardline.core.manifest import Manifest
 from shardline.core.parts import ValidationSummary
 from shardline.core.replace import ERASURE, Rewrite, build_compaction
 from shardline.core.store import Store
-from shardline.tasks.delete import DeleteRefused
+from shardline.tasks.delete import DeleteRefused, latest_to_change
 from shardline.tasks.erase_find import Found, find, rewrite
 from shardline.tasks.erase_quarantine import redact_reports, rewrite_quarantined
 from shardline.tasks.ledger import claimed_sources
@@ -135,10 +135,7 @@ def erase_ids(store: Store, cfg: DatasetConfig, ids: list[str], *, run_id: str |
     run = run_id or f"erase{uuid.uuid4().hex[:8]}"
     wanted = pa.array(list(dict.fromkeys(ids)), pa.string())
     for attempt in range(1, max_attempts + 1):
-        latest = latest_manifest(store, cfg.prefix)
-        if latest is None:
-            raise StoreError(f"no dataset versions under s3://{store.bucket}/{cfg.prefix}/; "
-                             "nothing to delete")
+        latest = latest_to_change(store, cfg)
         found = find(store, latest, wanted)
         _refuse_unknown(cfg, latest.version, found.unknown)
         draft, written = build_erasure(store, cfg, latest, found, wanted, run)
