@@ -9,6 +9,7 @@ the deletion path reads no more than what those versions hold."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import threading
@@ -44,7 +45,7 @@ IDS = digits()[0]
 PER_BATCH = 200
 
 
-def _ingest(store: ObjectStore, batch: int) -> Manifest:
+def ingest_batch(store: ObjectStore, batch: int) -> Manifest:
     """Publish batch ``batch`` (rows ``batch*200 ..``), rebasing on a lost race as ingest
     does."""
     while True:
@@ -76,7 +77,7 @@ def _ids_served(ds: shardline.Dataset, tmp: Path, **kw: object) -> list[str]:
 def test_deleted_ids_are_absent_from_every_reader_and_the_version_before_is_unchanged(
         store: ObjectStore, tmp_path: Path) -> None:
     for b in range(3):
-        _ingest(store, b)
+        ingest_batch(store, b)
     before = latest_manifest(store, CFG.prefix)
     assert before is not None and before.rows == 600
     gone = [IDS[i] for i in range(5, 600, 12)][:50]          # spread over every batch
@@ -111,7 +112,7 @@ def test_deleted_ids_are_absent_from_every_reader_and_the_version_before_is_unch
 
 def test_unknown_ids_are_refused_by_name_and_a_rerun_publishes_nothing(
         store: ObjectStore) -> None:
-    _ingest(store, 0)
+    ingest_batch(store, 0)
     with pytest.raises(DeleteRefused, match="'no-such-id'"):
         delete_ids(store, CFG, [IDS[3], "no-such-id"])
     assert latest_manifest(store, CFG.prefix).version == 1   # type: ignore[union-attr]
@@ -124,11 +125,11 @@ def test_unknown_ids_are_refused_by_name_and_a_rerun_publishes_nothing(
 
 def test_a_later_ingest_keeps_the_masks_and_compaction_applies_them(
         store: ObjectStore) -> None:
-    _ingest(store, 0)
-    _ingest(store, 1)
+    ingest_batch(store, 0)
+    ingest_batch(store, 1)
     gone = [IDS[i] for i in (1, 2, 250, 399)]
     delete_ids(store, CFG, gone)
-    m = _ingest(store, 2)
+    m = ingest_batch(store, 2)
     assert m.version == 4 and m.rows == 596 and m.doc.deletions is not None
     c = compact(store, CFG, target_mb=1.0)
     assert c.created
@@ -146,9 +147,10 @@ def test_a_later_ingest_keeps_the_masks_and_compaction_applies_them(
     assert verify(store, CFG).sound
 
 
-def _race(store: ObjectStore, batch: int, gone: list[str]) -> dict[str, object]:
-    """An ingest of ``batch`` and a deletion of ``gone``, started together; their results
-    (or the exception each raised)."""
+def race(store: ObjectStore, batch: int, name: str,
+         remove: Callable[[], object]) -> dict[str, object]:
+    """An ingest of ``batch`` (as ``ingest``) and ``remove`` (as ``name``), started
+    together; their results (or the exception each raised). test_erase_race uses it too."""
     start = threading.Barrier(2)
     out: dict[str, object] = {}
 
@@ -159,9 +161,8 @@ def _race(store: ObjectStore, batch: int, gone: list[str]) -> dict[str, object]:
         except Exception as exc:         # noqa: BLE001 - reported by the assertion below
             out[name] = exc
 
-    threads = [threading.Thread(target=run, args=("ingest", lambda: _ingest(store, batch))),
-               threading.Thread(target=run, args=("delete",
-                                                  lambda: delete_ids(store, CFG, gone)))]
+    jobs = {"ingest": lambda: ingest_batch(store, batch), name: remove}
+    threads = [threading.Thread(target=run, args=item) for item in jobs.items()]
     for t in threads:
         t.start()
     for t in threads:
@@ -170,12 +171,12 @@ def _race(store: ObjectStore, batch: int, gone: list[str]) -> dict[str, object]:
 
 
 def test_a_deletion_racing_an_ingest_loses_neither(store: ObjectStore) -> None:
-    _ingest(store, 0)
+    ingest_batch(store, 0)
     every: set[str] = set()
     for rnd in range(3):
         gone = [IDS[i] for i in range(rnd * 10, rnd * 10 + 5)]
         every.update(gone)
-        out = _race(store, rnd + 1, gone)
+        out = race(store, rnd + 1, "delete", functools.partial(delete_ids, store, CFG, gone))
         assert isinstance(out["ingest"], Manifest), out
         assert getattr(out["delete"], "rows_deleted", None) == 5, out
         m = latest_manifest(store, CFG.prefix)
@@ -188,7 +189,7 @@ def test_a_deletion_racing_an_ingest_loses_neither(store: ObjectStore) -> None:
 
 def test_the_cli_deletes_and_refuses_an_unknown_id_in_one_line(
         store: ObjectStore, store_settings: StoreSettings, tmp_path: Path) -> None:
-    _ingest(store, 0)
+    ingest_batch(store, 0)
     path = tmp_path / "dataset.toml"
     path.write_text(config_toml(digits_config()))
     env = cli_env(store_settings, tmp_path)

@@ -5,62 +5,26 @@ builder ingest uses (``trainer_data.publish_version``), not Spark."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import functools
 
-import numpy as np
 import pyarrow as pa
 
 import shardline
-from shardline.core.errors import ObjectExists
 from shardline.core.manifest import Manifest, latest_manifest
 from shardline.core.store import ObjectStore
 from shardline.tasks.erase import EraseResult, erase_ids
 from shardline.tasks.id_index import published_mask
 from shardline.tasks.verify import verify
-from tests.integration.trainer_data import digits, digits_config, publish_version
-
-CFG = digits_config().dataset
-IDS = digits()[0]
-PER_BATCH = 200
-
-
-def _ingest(store: ObjectStore, batch: int) -> Manifest:
-    while True:                                   # a lost race: rebase, as ingest does
-        try:
-            return publish_version(store, CFG, np.arange(batch * PER_BATCH,
-                                                         (batch + 1) * PER_BATCH))
-        except ObjectExists:
-            continue
-
-
-def _together(store: ObjectStore, batch: int, gone: list[str]) -> dict[str, object]:
-    start = threading.Barrier(2)
-    out: dict[str, object] = {}
-
-    def run(name: str, fn: Callable[[], object]) -> None:
-        start.wait()
-        try:
-            out[name] = fn()
-        except Exception as exc:         # noqa: BLE001 - reported by the assertion below
-            out[name] = exc
-
-    jobs = {"ingest": lambda: _ingest(store, batch), "erase": lambda: erase_ids(store, CFG, gone)}
-    threads = [threading.Thread(target=run, args=item) for item in jobs.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
+from tests.integration.test_delete import CFG, IDS, PER_BATCH, ingest_batch, race
 
 
 def test_an_erasure_racing_an_ingest_loses_neither(store: ObjectStore) -> None:
-    _ingest(store, 0)
+    ingest_batch(store, 0)
     every: set[str] = set()
     for rnd in range(3):
         gone = [IDS[i] for i in range(rnd * 10, rnd * 10 + 5)]
         every.update(gone)
-        out = _together(store, rnd + 1, gone)
+        out = race(store, rnd + 1, "erase", functools.partial(erase_ids, store, CFG, gone))
         assert isinstance(out["ingest"], Manifest), out
         assert getattr(out["erase"], "rows_deleted", None) == 5, out
         m = latest_manifest(store, CFG.prefix)
