@@ -51,8 +51,10 @@ from shardline.tasks.convert.typed_readers import (
 )
 from shardline.tasks.convert.values import ABSENT
 from shardline.tasks.convert.zarr_typed import (
+    FILL_NOTE,
     _raise_if_environment,
     chunks_present,
+    object_rows,
     read_zarr_typed,
 )
 
@@ -366,7 +368,7 @@ def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
     if empty:
         raise Unreadable("missing_chunk", f"array {empty[0]!r} declares {n} rows but none of "
                          "its chunks is in the store (Zarr would read fill values): upload "
-                         "the chunks")
+                         f"the chunks ({FILL_NOTE})")
     stem = posixpath.basename(src.key.rstrip("/")).removesuffix(".zarr")
     for start in range(0, n, ZARR_CHUNK_ROWS):
         stop = min(n, start + ZARR_CHUNK_ROWS)
@@ -382,11 +384,12 @@ def _read_zarr_images(store: Store, src: Source, cfg: DatasetConfig
             rid = (idv[j].item() if hasattr(idv[j], "item") else idv[j]) if idv is not None \
                 else f"{stem}-{i:07d}"
             gap = next((k for k, v in ok.items()
-                        if not v[i // arrays[k].chunks[0]]), None)
+                        if not v[i // object_rows(arrays[k])]), None)
             if gap is not None:
-                yield Problem(i, "missing_chunk", f"row {i}: array {gap!r} has no chunk "
-                              f"{i // arrays[gap].chunks[0]} in the store; the row is not "
-                              "read as fill values: upload the chunk", id=rid)
+                word = "shard" if arrays[gap].shards else "chunk"
+                yield Problem(i, "missing_chunk", f"row {i}: array {gap!r} has no {word} "
+                              f"{i // object_rows(arrays[gap])} in the store; the row is not "
+                              f"read as fill values: upload the {word} ({FILL_NOTE})", id=rid)
                 continue
             if bad_layout:
                 yield Problem(i, "wrong_shape",

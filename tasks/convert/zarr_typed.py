@@ -11,10 +11,17 @@ axis in every array. The group must prove its rows before any is read:
 - each chunk a row needs exists in the store: a missing chunk is not read as fill values
   (Zarr's default) unless the field declares ``missing_chunks = "fill_value"``; its rows are
   quarantined (``missing_chunk``), and a group with no chunk at all is quarantined whole.
+  The unit of this proof is a stored object: a chunk, or in a sharded (Zarr v3) array a
+  shard (``object_rows``), since a shard is one object holding many inner chunks. An inner
+  chunk absent from a present shard (Zarr leaves out inner chunks equal to the fill value)
+  is read as fill values: a shard is written whole, so an interrupted upload leaves the
+  shard missing, not part of it.
 
-Memory: a block of rows (whole chunks of the array with the largest chunks in bytes, about
-:data:`BLOCK_BYTES`; ``_block_rows``) is read at a time, so a task holds a few chunks of each
-array and its shard buffers (``shard_writer``), never an array.
+Memory: a block of rows (about :data:`BLOCK_BYTES` over all arrays, whole read units of the
+array whose units are largest in bytes; ``_block_rows``) is read at a time, so a task holds
+a few chunks of each array and its shard buffers (``shard_writer``), never an array. The
+read unit is a chunk, or a whole Zarr shard where one fits in a block (one GET, not one per
+inner chunk); a larger shard is read a few inner chunks at a time.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from shardline.tasks.convert.split import Part
 from shardline.tasks.convert.typed_readers import require_columns
 
 BLOCK_BYTES = 32 << 20     # rows read at once, over all arrays (rounded to whole chunks)
+FILL_NOTE = ("Zarr v3 does not write a chunk equal to the array's fill value: write the "
+             "array with write_empty_chunks=True to store such chunks")
 
 
 @dataclass
@@ -46,11 +55,23 @@ class _Col:
     array: Any            # zarr.Array
     axis: int
     fill: bool            # missing chunks read as fill values
-    ok: np.ndarray | None = None   # per sample-axis chunk: every chunk of it exists
+    ok: np.ndarray | None = None   # per sample-axis object (chunk or shard): all exist
 
     @property
-    def chunk_rows(self) -> int:
-        return int(self.array.chunks[self.axis])
+    def object_rows(self) -> int:
+        """Samples per stored object on the sample axis: the unit ``ok`` is indexed by."""
+        return object_rows(self.array, self.axis)
+
+    @property
+    def read_rows(self) -> int:
+        """Samples per read unit: a whole object if one fits in a block, else a chunk (the
+        inner chunk of a shard). A multiple of the chunk and a divisor of the object."""
+        whole = self.object_rows
+        return whole if whole * self.row_bytes() <= BLOCK_BYTES else int(
+            self.array.chunks[self.axis])
+
+    def row_bytes(self) -> int:
+        return int(np.prod(self.sample_shape())) * self.array.dtype.itemsize
 
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(s for i, s in enumerate(self.array.shape) if i != self.axis)
@@ -146,10 +167,22 @@ def _check_layout(cfg: DatasetConfig, cols: list[_Col]) -> int:
     return next(iter(lengths.values()))
 
 
+def object_rows(arr: Any, axis: int = 0) -> int:
+    """Samples on ``axis`` per stored object of ``arr`` (a zarr.Array): its shard in a
+    sharded array (one object holding many inner chunks), else its chunk."""
+    return int((arr.shards or arr.chunks)[axis])
+
+
+def _object_word(arr: Any) -> str:
+    return "shard" if arr.shards else "chunk"
+
+
 def chunks_present(store: Store, src: Source, arr: Any, axis: int = 0) -> np.ndarray:
-    """Per chunk index along ``axis`` (the sample axis) of ``arr`` (a zarr.Array of the group
-    ``src``): whether every chunk of it (every position on the other axes) exists in the
-    store. One listing of the array's keys; Zarr itself would read absent ones as fill."""
+    """Per stored object index along ``axis`` (the sample axis; objects of
+    :func:`object_rows` samples: chunks, or shards in a sharded array) of ``arr`` (a
+    zarr.Array of the group ``src``): whether every object of it (every position on the
+    other axes) exists in the store. One listing of the array's keys; Zarr itself would read
+    absent ones as fill."""
     prefix = f"{src.key.rstrip('/')}/{arr.path.strip('/')}/"
     present = {o.key[len(prefix):] for o in store.list(prefix)}
     grid = tuple(-(-s // k) for s, k in zip(arr.shape, arr.shards or arr.chunks, strict=True))
@@ -173,10 +206,12 @@ def _proven(store: Store, src: Source, cfg: DatasetConfig, whole: bool
         if not c.fill:
             c.ok = chunks_present(store, src, c.array, c.axis)
             if whole and not c.ok.any():
+                word = _object_word(c.array)
                 raise Unreadable("missing_chunk", f"array {c.column!r} declares {n} samples "
-                                 "but none of its chunks is in the store (Zarr would read "
-                                 "fill values): upload the chunks, or declare missing_chunks "
-                                 "= \"fill_value\" if that is what they mean")
+                                 f"but none of its {word}s is in the store (Zarr would read "
+                                 f"fill values): upload the {word}s, or declare "
+                                 "missing_chunks = \"fill_value\" if that is what they mean "
+                                 f"({FILL_NOTE})")
     return cols, n
 
 
@@ -192,21 +227,20 @@ def read_zarr_typed(store: Store, src: Source, cfg: DatasetConfig,
 
 
 def _block_rows(cols: list[_Col]) -> int:
-    """Rows read at once: whole chunks of the array whose chunks are largest in bytes, about
-    :data:`BLOCK_BYTES` over all arrays. Not the longest chunk in rows: a label array chunked
-    by 4096 rows beside 256-row tensor chunks would make every block 4096 tensor rows (218 MB
-    of 13x32x32 float32, measured). Smaller arrays are read part of a chunk at a time."""
-    def nbytes(c: _Col) -> int:
-        return int(np.prod(c.sample_shape())) * c.array.dtype.itemsize
-
-    row_bytes = max(1, sum(nbytes(c) for c in cols))
-    unit = max(cols, key=lambda c: c.chunk_rows * nbytes(c)).chunk_rows
+    """Rows read at once: whole read units (``_Col.read_rows``) of the array whose units are
+    largest in bytes, about :data:`BLOCK_BYTES` over all arrays. Not the longest unit in
+    rows: a label array chunked by 4096 rows beside 256-row tensor chunks would make every
+    block 4096 tensor rows (218 MB of 13x32x32 float32, measured). Smaller arrays are read
+    part of a unit at a time."""
+    row_bytes = max(1, sum(c.row_bytes() for c in cols))
+    unit = max(cols, key=lambda c: c.read_rows * c.row_bytes()).read_rows
     return unit * max(1, BLOCK_BYTES // (row_bytes * unit))
 
 
 def split_zarr(store: Store, src: Source, pieces: int, cfg: DatasetConfig | None = None
                ) -> tuple[Part, ...]:
-    """Cut a group into about ``pieces`` row ranges of whole sample-axis chunks, after
+    """Cut a group into about ``pieces`` row ranges of whole sample-axis read units
+    (chunks, or shards that fit in a block: ``_Col.read_rows``), after
     proving its layout from the metadata and the chunk listing (in the driver: no chunk is
     read). A group that is not proven, or the shorthand's, stays whole: its task then
     reports it once, as without splitting."""
@@ -217,7 +251,7 @@ def split_zarr(store: Store, src: Source, pieces: int, cfg: DatasetConfig | None
         cols, n = _proven(store, src, cfg, whole=True)
     except Unreadable:
         return whole
-    unit = max(c.chunk_rows for c in cols)
+    unit = max(c.read_rows for c in cols)
     chunks = -(-n // unit)
     bounds = sorted({min(n, unit * (chunks * j // pieces)) for j in range(pieces + 1)})
     if len(bounds) < 3:
@@ -239,13 +273,15 @@ def _block(cfg: DatasetConfig, cols: list[_Col], start: int, stop: int, stem: st
     for j in range(stop - start):
         i = start + j
         rid = _item(ids[j]) if ids is not None else f"{stem}-{i:07d}"
-        gap = next((c for c in cols if c.ok is not None and not c.ok[i // c.chunk_rows]), None)
+        gap = next((c for c in cols if c.ok is not None and not c.ok[i // c.object_rows]),
+                   None)
         if gap is not None:
-            field = gap.name or "id"
-            yield Problem(i, "missing_chunk", f"row {i}: array {gap.column!r} has no chunk "
-                          f"{i // gap.chunk_rows} on axis {gap.axis} in the store; the row is "
-                          "not read as fill values. Upload the chunk, or declare "
-                          f"missing_chunks = \"fill_value\" for {field!r}", id=rid)
+            field, word = gap.name or "id", _object_word(gap.array)
+            yield Problem(i, "missing_chunk", f"row {i}: array {gap.column!r} has no {word} "
+                          f"{i // gap.object_rows} on axis {gap.axis} in the store; the row "
+                          f"is not read as fill values. Upload the {word}, or declare "
+                          f"missing_chunks = \"fill_value\" for {field!r} ({FILL_NOTE})",
+                          id=rid)
             continue
         label = _item(data[by_name[t.name].column][j], copy=True)
         # a copy: a view would keep the whole block alive as long as any of its rows waits
