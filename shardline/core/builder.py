@@ -30,7 +30,7 @@ from shardline.core.errors import (
     SchemaChange,
     StoreError,
 )
-from shardline.core.evolution import refusal, schema_change
+from shardline.core.evolution import refusal, rules_change, schema_change
 from shardline.core.field_stats import merge_stats
 from shardline.core.latest import advance_hint
 from shardline.core.manifest import Manifest, code_version, now_iso
@@ -202,8 +202,10 @@ def build_version(prefix: str, *, dataset: str, schema: SchemaInfo, config: dict
                          "holdout_fraction they were split with")
     if holdout_fraction is None and parent is not None:
         holdout_fraction = parent.holdout_fraction
-    if parent is not None and parent.fingerprint != schema.fingerprint:
-        change = schema_change(parent.schema, schema)   # None: additive (core.evolution)
+    if parent is not None:
+        change = schema_change(parent.schema, schema) \
+            if parent.fingerprint != schema.fingerprint else None   # None: additive
+        change = change or rules_change(parent, config)             # (core.evolution)
         if change is not None:
             raise SchemaChange(refusal(dataset, parent.version, change))
     version = 1 if parent is None else parent.version + 1

@@ -25,9 +25,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardline.core.config import DatasetConfig
+from shardline.core.config import DatasetConfig, config_to_dict
 from shardline.core.errors import SchemaChange
-from shardline.core.evolution import refusal, schema_change
+from shardline.core.evolution import refusal, rules_change, schema_change
 from shardline.core.field_arrow import (
     META_FIELDS,
     declaration_json,
@@ -173,7 +173,8 @@ def schema_conflict(cfg: DatasetConfig, latest: Any) -> None:
     """
     if latest is None:
         return
-    change = schema_change(latest.schema, schema_info(cfg))
+    change = schema_change(latest.schema, schema_info(cfg)) or \
+        rules_change(latest, config_to_dict(cfg))
     if change is not None:
         raise SchemaChange(refusal(cfg.name, latest.version, change))
 

@@ -192,6 +192,14 @@ def test_schema_evolution_additive_versions_and_refusals_before_spark(store, spa
     with pytest.raises(SchemaChange, match="'bands' type .*new dataset name"):
         run_pipeline(store, wide, spark)
     assert len(list(store.list(f"{cfg.prefix}/staging/"))) == staged
+    # a bound set where version 2 had none: the same Arrow schema, but rows already published
+    # were never checked against it; refused from the config document version 2 recorded
+    narrow = dataclasses.replace(grown, fields={**grown.fields, "bands": parse_field(
+        {"kind": "tensor", "dtype": "float32", "shape": [13, 32, 32], "max": 100.0})})
+    with pytest.raises(SchemaChange, match="version 2 .*field 'bands' max narrowed unset -> "
+                       "100.0 .*new dataset name"):
+        run_pipeline(store, narrow, spark)
+    assert len(list(store.list(f"{cfg.prefix}/staging/"))) == staged
     assert latest_manifest(store, cfg.prefix).version == 2
 
 
