@@ -209,3 +209,32 @@ def test_a_missing_chunk_is_fill_only_where_declared(tmp_path: Path, declared: s
     else:
         assert len(bad) == 0 and sorted(got) == list(ids)
         assert all((got[r] == np.float32(-7.5)).all() for r in ids[32:48])
+
+
+def test_a_shard_larger_than_a_block_is_read_a_few_inner_chunks_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One 16 MiB shard of 1 MiB inner chunks, blocks of 512 KiB: the task's peak (numpy
+    buffers are traced) is a few chunks, not the shard; every row read once."""
+    import tracemalloc
+
+    monkeypatch.setattr(zarr_typed, "BLOCK_BYTES", 512 << 10)
+    store = FolderStore(tmp_path / "store")
+    n, sample = 1024, (64, 64)                                    # 16 KiB a row
+    rng = np.random.default_rng(4)
+    src = _write(store, "big.zarr", {
+        "bands": (rng.standard_normal((n, *sample), dtype=np.float32),
+                  {"chunks": (64, *sample), "shards": (n, *sample)}),
+        "label": (np.ones(n, np.int16), {"chunks": (64,), "shards": (n,)})})
+    cfg = _cfg({"shape": list(sample)})
+    list(zarr_typed.read_zarr_typed(store, src, cfg, rows=(0, 64)))   # imports, codecs
+    tracemalloc.start()
+    try:
+        rows = sum(1 for _ in zarr_typed.read_zarr_typed(store, src, cfg))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    chunk = 64 * 64 * 64 * 4                                      # 1 MiB; the shard 16
+    assert rows == n
+    # a block (one chunk here), its decode buffers and the rows copied out of it: about 4
+    # MiB measured; a whole shard read at once peaked at 57 MiB
+    assert peak < 8 * chunk, f"peak {peak / 2**20:.1f} MiB for a 16 MiB shard"
