@@ -102,3 +102,46 @@ def test_mask_target_from_png_and_lists():
     with pytest.raises(RowError, match="outside 0..2") as e:
         norm.normalise("r", (mask * 2).tolist(), {"img": img})
     assert e.value.rule == "unknown_label"
+
+
+def test_parquet_variable_lists_fill_fixed_shape_tensors():
+    """A Parquet ``list<>`` column (variable length, nested for 2-D) fills a fixed-shape
+    tensor field; a row of another length or a null inside is that row's quarantine, naming
+    the field, the shapes and the fix."""
+    cfg = parse_config({"dataset": {"name": "p", "incoming": "i/", "fields": {
+        "x": {"kind": "tensor", "dtype": "float32", "shape": [2]},
+        "m": {"kind": "tensor", "dtype": "int16", "shape": [2, 2]}},
+        "target": {"kind": "regression", "column": "y"}}}).dataset
+    good_m = [[-32768, 7], [0, 32767]]
+    table = pa.table({
+        "id": ["a", "b", "c", "d", "e", "f"],
+        "x": pa.array([[1.5, -2.25], [1.0], [1.0, 2.0, 3.0], None, [1.0, None], [0.5, 0.5]],
+                      pa.list_(pa.float64())),
+        "m": pa.array([good_m, good_m, good_m, good_m, good_m, [[1, 2], [3]]],
+                      pa.list_(pa.list_(pa.int64()))),
+        "y": [0.5, 1.0, 2.0, 3.0, 4.0, 5.0]})
+    assert pa.types.is_list(table.schema.field("x").type)
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    src = Source(key="i/t.parquet", etag="e", size=1, format="parquet")
+    norm = TypedNormaliser(cfg)
+    out: dict[str, object] = {}
+    for rec in read_parquet(buf.getvalue(), src, cfg):
+        assert isinstance(rec, Record)
+        try:
+            out[rec.id] = norm.normalise(rec.id, rec.label, rec.values)
+        except RowError as e:
+            out[rec.id] = (e.rule, e.message)
+    a = out["a"]
+    assert not isinstance(a, tuple)
+    assert a.values[0].dtype == np.float32 and a.values[0].tolist() == [1.5, -2.25]
+    assert a.values[1].dtype == np.int16 and a.values[1].tolist() == good_m
+    assert a.target == np.float32(0.5)
+    assert out["b"] == ("wrong_shape", "field 'x' is [1], expected [2]")
+    assert out["c"] == ("wrong_shape", "field 'x' is [3], expected [2]")
+    rule, msg = out["d"]
+    assert rule == "missing_value" and "'x'" in msg and "optional = true" in msg
+    rule, msg = out["e"]
+    assert rule == "wrong_dtype" and "'x'" in msg and "float32" in msg
+    rule, msg = out["f"]
+    assert rule == "wrong_shape" and "'m'" in msg and "[2, 2]" in msg
