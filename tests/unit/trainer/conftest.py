@@ -18,7 +18,7 @@ from shardline.trainer.plan import TrainPlan, make_plan
 from shardline.trainer.shard_reader import ShardReader
 from tests.integration.trainer_data import digits_config, write_local_version
 
-from .typed_data import LocalTyped, local_typed, regression_config, typed_config
+from .typed_data import LocalTyped, local_typed, mask_config, regression_config, typed_config
 
 
 @dataclass
@@ -66,6 +66,12 @@ def local_fields(tmp_path_factory: pytest.TempPathFactory) -> LocalFields:
     """13-band float32 tiles, uint16 images, a bool tensor, scalars, a multi-label target
     (v1 + LZ4 v2)."""
     return LocalFields(local_typed(tmp_path_factory.mktemp("typed"), typed_config()))
+
+
+@pytest.fixture(scope="session")
+def local_mask(tmp_path_factory: pytest.TempPathFactory) -> LocalFields:
+    """An image and a segmentation mask target (v1 + LZ4 v2)."""
+    return LocalFields(local_typed(tmp_path_factory.mktemp("mask"), mask_config()))
 
 
 @pytest.fixture(scope="session")

@@ -62,11 +62,12 @@ def assert_rows(d: LocalFields, plan: TrainPlan, batch: dict) -> None:
             got = got.permute(0, 2, 3, 1)
         assert np.array_equal(got.numpy(), want), f.name
     t = batch[info.target.name]
+    assert t.dtype == TORCH_DTYPES[info.target.dtype]      # as stored (a mask: uint8 indices)
     assert tuple(t.shape) == (len(keys), *info.target.shape)
     assert np.array_equal(t.numpy(), value(info, info.target.name, rows))
 
 
-@pytest.mark.parametrize("fixture", ["local_fields", "local_regression"])
+@pytest.mark.parametrize("fixture", ["local_fields", "local_regression", "local_mask"])
 def test_batches_hold_every_field_and_target_of_the_rows_their_keys_name(
         fixture: str, request: pytest.FixtureRequest) -> None:
     d: LocalFields = request.getfixturevalue(fixture)

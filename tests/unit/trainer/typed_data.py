@@ -56,6 +56,14 @@ def regression_config(record_batch_rows: int = 16) -> DatasetConfig:
                    record_batch_rows=record_batch_rows)
 
 
+def mask_config(record_batch_rows: int = 16) -> DatasetConfig:
+    """A uint8 RGB image and a segmentation mask target (uint8 class indices, [6, 5]) over
+    3 classes."""
+    return _config("seg", {"img": FieldSpec(kind="image", dtype="uint8", shape=(6, 5, 3))},
+                   TargetSpec(kind="mask", name="mask", shape=(6, 5)),
+                   ("background", "road", "building"), record_batch_rows)
+
+
 VOCAB = ("crop", "grass", "bare")
 
 
@@ -74,6 +82,9 @@ def value(info: DatasetInfo, name: str, rows: np.ndarray) -> np.ndarray:
         t = info.target
         if t.kind == "multilabel":
             return ((rows[:, None] >> np.arange(len(t.classes))) & 1).astype(np.uint8)
+        if t.kind == "mask":     # every class index appears, different per row
+            grid = np.arange(int(np.prod(t.shape))).reshape(t.shape)
+            return ((rows[:, None, None] + grid) % len(t.classes)).astype(np.uint8)
         return (rows * 0.5 - 3.0).astype(np.float32)
     f = info.field(name)
     shape = _stored(f)
