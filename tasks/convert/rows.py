@@ -138,7 +138,8 @@ def label_index(value: Any, classes: tuple[str, ...], column: str,
     shown = classes if len(classes) <= 12 else (*classes[:12], "...")
     raise RowError("unknown_label",
                    f"label {repr(value) if isinstance(value, str) else excerpt(value, 60)} "
-                   f"is neither a class name {list(shown)} nor an index 0..{n - 1}")
+                   f"in column {column!r} is neither a class name {list(shown)} nor an index "
+                   f"0..{n - 1}; fix the label, or append the class to dataset.classes")
 
 
 def b64_payload(value: Any) -> bytes:

@@ -80,7 +80,8 @@ class TypedNormaliser:
             idx = label_index(label, cfg.classes, column, lim.max_label_chars)
             return idx, idx
         if t.kind == "multilabel":
-            return multilabel_value(label, cfg.classes, t.name, lim.max_label_chars), 0
+            return multilabel_value(label, cfg.classes, t.name, lim.max_label_chars,
+                                    column), 0
         if t.kind == "mask":
             return mask_value(label, t, cfg.classes, t.name, lim), 0
         return regression_value(label, t, t.name, lim), 0

@@ -200,9 +200,10 @@ def scalar_value(value: Any, spec: FieldSpec, name: str) -> Any:
 
 
 def multilabel_value(value: Any, classes: tuple[str, ...], name: str,
-                     max_chars: int) -> np.ndarray:
+                     max_chars: int, column: str | None = None) -> np.ndarray:
     """A label set (a list of class names or indices; a ``|``-separated or JSON-list string
-    in CSV; a 0/1 vector of length K as an ndarray) as a uint8 0/1 vector over classes."""
+    in CSV; a 0/1 vector of length K as an ndarray) as a uint8 0/1 vector over classes
+    (``column``: the source's column, named by an entry that is no class)."""
     k = len(classes)
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "biu":
         if value.shape != (k,) or not np.isin(value, (0, 1)).all():
@@ -224,8 +225,8 @@ def multilabel_value(value: Any, classes: tuple[str, ...], name: str,
                        "a list of class names or indices")
     out = np.zeros(k, np.uint8)
     for v in list(value):
-        out[label_index(v.item() if isinstance(v, np.generic) else v, classes, name,
-                        max_chars)] = 1
+        out[label_index(v.item() if isinstance(v, np.generic) else v, classes,
+                        column or name, max_chars)] = 1
     return out
 
 

@@ -29,8 +29,10 @@ def test_bad_labels_name_rule_and_value(value, rule):
     with pytest.raises(RowError) as e:
         label_index(value, CLASSES, "label")
     assert e.value.rule == rule
-    if rule == "unknown_label":
+    if rule == "unknown_label":      # the value, the column, the classes and the fix
         assert repr(value) in e.value.message and "cat" in e.value.message
+        assert "column 'label'" in e.value.message
+        assert "append the class to dataset.classes" in e.value.message
 
 
 def test_ids_normalise_to_strings():

@@ -77,7 +77,7 @@ def test_every_encoding_gives_the_same_values(bands, ms):
      ["'rgb'", "2 x 4"]),
     ({"ms": PNG}, [], "wrong_dtype", ["'ms'", "uint8", "uint16"]),
     ({"rgb": b"not an image"}, [], "undecodable_image", ["'rgb'"]),
-    ({}, ["a", "purple"], "unknown_label", ["purple"]),
+    ({}, ["a", "purple"], "unknown_label", ["purple", "column 'label'", "dataset.classes"]),
     ({}, None, "missing_label", ["'label'"]),
 ])
 def test_each_rule_names_field_and_fix(patch, label, rule, words):
