@@ -1,7 +1,9 @@
 """Typed fields end to end: the examples (sentinel Zarr, diabetes Parquet, tags JSONL) ingest
 through detect -> convert (Spark) -> validate (great-expectations) -> publish; every input row
 is published or quarantined exactly once, and the published tensors are bit-identical to the
-input (read back with pyarrow from the published shards).
+input (NaN payloads included), read back with the notebook API (``shardline.open_dataset``)
+or with pyarrow from the published shards. The run's validation report lists the per-field
+expectations of every declared field and the target.
 
 Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectations, Arrow.
 """
@@ -18,11 +20,14 @@ import pyarrow as pa
 import pytest
 from pydantic import TypeAdapter
 
-from shardline.core.config import load_config
+import shardline
+from shardline.core.config import DatasetConfig, load_config
 from shardline.core.errors import SchemaChange
 from shardline.core.field_spec import FieldSpec
 from shardline.core.fields import dataset_info
 from shardline.core.manifest import latest_manifest
+from shardline.core.schema import report_key
+from shardline.core.store import ObjectStore
 from shardline.infra import example_data as ex
 from tests.integration.ingest_helpers import (
     assert_exactly_once,
@@ -44,16 +49,43 @@ def _cfg(name: str, **validation: float):
                                validation=dataclasses.replace(cfg.validation, **validation))
 
 
+def _report_fields(store: ObjectStore, cfg: DatasetConfig, run: str) -> set[str]:
+    """The fields the run's per-field expectations name (its ``validation.json``), each of
+    which passed."""
+    doc = store.get_json(report_key(cfg.prefix, run))
+    rows = [r for r in doc["results"] if r["suite"] == f"{cfg.name}.fields"]
+    assert rows and all(r["success"] for r in rows), rows
+    # every expectation of a field is on its own summary columns ("<field>.<what>")
+    assert all(r["column"].split(".")[0] == r["field"] for r in rows), rows
+    return {r["field"] for r in rows}
+
+
+def _declared(cfg: DatasetConfig) -> set[str]:
+    return {name for name, _ in cfg.field_specs} | {cfg.target_spec.name}
+
+
 def _tensors(table: pa.Table, column: str) -> dict[str, np.ndarray]:
     arr = table.column(column).combine_chunks()
     block = arr.to_numpy_ndarray()
     return dict(zip(table.column("id").to_pylist(), block, strict=True))
 
 
+# a quiet NaN with a payload, a negative NaN with another, +Inf (float32 bits)
+ODD = np.array([0x7FC00123, 0xFFA00001, 0x7F800000], np.uint32).view(np.float32)
+
+
 def test_sentinel_zarr_round_trip_and_bad_groups(store, spark):
     cfg = _cfg("sentinel", max_quarantine_fraction=0.9)
+    # bands allow NaN/Inf: published as they are, counted in the statistics' "nan"
+    cfg = dataclasses.replace(cfg, fields={**cfg.fields, "bands": dataclasses.replace(
+        cfg.fields["bands"], allow_nan=True)})
     inc = cfg.incoming
-    good = ex.put_sentinel(store, f"{inc}good.zarr", 300, seed=1, chunk=64)
+    ids, bands, labels = ex.sentinel_arrays(300, seed=1)
+    bands[5, 2, 0, :2] = ODD[:2]
+    bands[17, 7, 3, 3] = ODD[2]
+    labels[9] = 7                               # no class 7 (of 4): that row quarantined
+    good = ex.put_sentinel(store, f"{inc}good.zarr", 300, ids=ids, bands=bands, label=labels)
+    del good["s2-000009"]
     # a group whose arrays disagree in length: quarantined whole, once
     ids, bands, labels = ex.sentinel_arrays(50, seed=2, start=1000)
     ex.put_sentinel(store, f"{inc}short.zarr", 50, seed=2, ids=ids, bands=bands,
@@ -70,22 +102,36 @@ def test_sentinel_zarr_round_trip_and_bad_groups(store, spark):
     ex.put_sentinel(store, f"{inc}empty.zarr", 300, seed=5)
     store.delete([o.key for o in store.list(f"{inc}empty.zarr/") if "/c/" in o.key])
 
-    pub = run_pipeline(store, cfg, spark)
+    run = uuid.uuid4().hex[:12]
+    pub = run_pipeline(store, cfg, spark, run)
     assert pub is not None
     m = latest_manifest(store, cfg.prefix)
     gap_ok = [k for i, k in enumerate(gap) if not 32 <= i < 64]
     bad = [("short.zarr", "length_mismatch"), ("nobands.zarr", "missing_field"),
-           ("empty.zarr", "missing_chunk")] + \
+           ("empty.zarr", "missing_chunk"), ("s2-000009", "unknown_label")] + \
         [(f"gap-{i:04d}", "missing_chunk") for i in range(32, 64)]
     assert_exactly_once(store, m, list(good) + gap_ok, bad)
-    q = {r["source_key"]: r["message"] for r in quarantined_rows(store, m).to_pylist()
-         if r["source_row"] == -1}
+    qrows = quarantined_rows(store, m).to_pylist()
+    q = {r["source_key"]: r["message"] for r in qrows if r["source_row"] == -1}
     assert "ids 50" in q[f"{inc}short.zarr/"] and "label 40" in q[f"{inc}short.zarr/"]
     assert "'bands'" in q[f"{inc}nobands.zarr/"] and "label" in q[f"{inc}nobands.zarr/"]
+    # the bad class: one row naming the value, the field's column, the classes and the fix
+    (lab9,) = [r for r in qrows if r["id"] == "s2-000009"]
+    assert lab9["source_key"] == f"{inc}good.zarr/" and lab9["source_row"] == 9
+    for words in ("label 7", "column 'label'", "'urban'", "0..3", "append the class"):
+        assert words in lab9["message"], lab9["message"]
+    # the report lists the per-field expectations of each declared field and the target
+    assert _report_fields(store, cfg, run) == _declared(cfg) == {"bands", "label"}
+    assert m.validation.report.endswith(report_key(cfg.prefix, run))
 
-    table = published_rows(store, m)
+    # read back as a notebook does: the version's manifest, its shards, the tensor view
+    ds = shardline.open_dataset(cfg, store=store)
+    assert ds.version == m.version and ds.rows == len(good) + len(gap_ok)
+    table = ds.to_table()
     assert isinstance(table.schema.field("bands").type, pa.FixedShapeTensorType)
-    got = _tensors(table, "bands")
+    arr = ds.array(table, "bands")
+    assert arr.dtype == np.float32 and arr.shape == (ds.rows, 13, 32, 32)
+    got = dict(zip(table.column("id").to_pylist(), arr, strict=True))
     labels = dict(zip(table.column("id").to_pylist(), table.column("label").to_pylist(),
                       strict=True))
     for rid, (x, lab) in good.items():
@@ -93,16 +139,23 @@ def test_sentinel_zarr_round_trip_and_bad_groups(store, spark):
         assert labels[rid] == lab
     for rid in gap_ok:
         assert got[rid].tobytes() == gap[rid][0].tobytes()
+    # the NaN payloads and the Inf, bit for bit
+    assert got["s2-000005"][2, 0, :2].view(np.uint32).tolist() == [0x7FC00123, 0xFFA00001]
+    assert got["s2-000017"][7, 3, 3] == np.inf
     # the per-field GX suite ran over the published shards
     assert f"{cfg.name}.fields" in m.validation.suites
-    # statistics: per channel, merged over shards into the batch and the version
-    block = np.stack(list(got.values())).astype(np.float64)
+    # statistics: per channel, merged over shards into the batch and the version; NaN and
+    # Inf are counted apart and left out of the moments and extremes
+    assert m.stats["bands"]["nan"] == [0, 0, 2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert m.stats["bands"]["count"] == [(len(got) * 32 * 32) - n
+                                         for n in m.stats["bands"]["nan"]]
+    block = np.ma.masked_invalid(np.stack(list(got.values())).astype(np.float64))
     info = dataset_info(cfg, m.stats)
     st = info.field("bands").stats
     assert st is not None and len(st.mean) == 13
-    assert np.allclose(st.mean, block.mean(axis=(0, 2, 3)), atol=1e-6)
-    assert np.allclose(st.std, block.std(axis=(0, 2, 3)), atol=1e-5)
-    assert np.allclose(st.max, block.max(axis=(0, 2, 3)))
+    assert np.allclose(st.mean, block.mean(axis=(0, 2, 3)).filled(), atol=1e-6)
+    assert np.allclose(st.std, block.std(axis=(0, 2, 3)).filled(), atol=1e-5)
+    assert np.allclose(st.max, block.max(axis=(0, 2, 3)).filled())
     own = m.doc.own_ref
     assert own.stats == m.stats
     counts = np.bincount(table.column("label").to_numpy(), minlength=4)
@@ -125,8 +178,10 @@ def test_diabetes_parquet_regression_round_trip(store, spark):
         b'{"id": "n4", "features": [0,0,0,0,0,0,0,0,0,0], "progression": -3.0}',
         b'{"id": "n5", "features": [0.5,0,0,0,0,0,0,0,0,0], "progression": 7.5}',
     ]) + b"\n")
-    run_pipeline(store, cfg, spark)
+    run = uuid.uuid4().hex[:12]
+    run_pipeline(store, cfg, spark, run)
     m = latest_manifest(store, cfg.prefix)
+    assert _report_fields(store, cfg, run) == _declared(cfg) == {"features", "progression"}
     src = pa.concat_tables([first, second])
     assert_exactly_once(store, m, src.column("id").to_pylist() + ["n5"],
                         [("nofeatures.csv", "missing_field"), ("n1", "not_finite"),
@@ -156,12 +211,21 @@ def test_tags_multilabel_jsonl(store, spark):
         json.dumps({"id": "u1", "tags": ["red", "purple"], "image": rows[0]["image"]}),
         '{"id": "u2", "tags": ["red"]}',
     ])
-    run_pipeline(store, cfg, spark)
+    run = uuid.uuid4().hex[:12]
+    run_pipeline(store, cfg, spark, run)
     m = latest_manifest(store, cfg.prefix)
     assert_exactly_once(store, m, [r["id"] for r in rows],
                         [("u1", "unknown_label"), ("u2", "missing_value")])
-    table = published_rows(store, m)
-    images, tags = _tensors(table, "image"), _tensors(table, "label")
+    assert _report_fields(store, cfg, run) == _declared(cfg) == {"image", "label"}
+    q = {r["id"]: r["message"] for r in quarantined_rows(store, m).to_pylist()}
+    for words in ("'purple'", "column 'tags'", "'blue'", "append the class"):
+        assert words in q["u1"], q["u1"]
+    assert "'image'" in q["u2"] and "optional = true" in q["u2"]
+    ds = shardline.open_dataset(cfg, store=store)
+    table = ds.to_table()
+    ids = table.column("id").to_pylist()
+    images = dict(zip(ids, ds.array(table, "image"), strict=True))
+    tags = dict(zip(ids, ds.array(table, "label"), strict=True))
     for r in rows:
         assert images[r["id"]].tobytes() == r["pixels"].tobytes()
         assert [ex.TAGS[i] for i in np.flatnonzero(tags[r["id"]])] == \
