@@ -226,3 +226,37 @@ def test_examples_parse():
     for p in sorted((ROOT / "examples").glob("*.toml")):
         tomllib.loads(p.read_text())
         load_config(p)
+
+
+@pytest.mark.parametrize("example,words", [
+    ("sentinel", "fields: bands tensor float32[13, 32, 32]; target label (class, 4 classes)"),
+    ("diabetes", "fields: features tensor float64[10]; target progression (regression, "
+                 "0 classes), model mlp"),
+    ("tags", "fields: image image uint8[16, 16, 3]; target label (multilabel, 3 classes)"),
+])
+def test_config_check_cli_on_the_typed_examples(example, words, tmp_path):
+    """`shardline config check` on each typed example prints its fields and target; on a
+    broken declaration it fails with one line naming the table and the fix; `config schema`
+    holds the field and target tables."""
+    from typer.testing import CliRunner
+
+    from shardline.cli.main import app
+
+    runner = CliRunner()
+    path = ROOT / "examples" / f"{example}.toml"
+    r = runner.invoke(app, ["config", "check", "-c", str(path)])
+    assert r.exit_code == 0, r.output
+    assert f"{path}: valid (dataset {example}," in r.output and words in r.output, r.output
+    broken = tmp_path / f"{example}.toml"
+    broken.write_text(path.read_text().replace("[dataset.target]", '''
+[dataset.fields.extra]
+kind = "tensor"
+dtype = "float32"
+
+[dataset.target]''', 1))
+    r = runner.invoke(app, ["config", "check", "-c", str(broken)])
+    assert r.exit_code == 1, r.output
+    assert r.output == f"error: {broken}: [dataset.fields.extra] a tensor needs a fixed shape " \
+        "(e.g. [13, 32, 32]); a single value is a scalar field\n"
+    r = runner.invoke(app, ["config", "schema"])
+    assert r.exit_code == 0 and "FieldSpec" in r.output and "TargetSpec" in r.output
