@@ -2,7 +2,9 @@
 feature vector with a regression target and a multi-band tile dataset with a multi-label
 target, through the built-in MLP, on real Arrow shards in the moto bucket. The training loss
 falls, the evaluation reports the kind's metrics with its primary metric, and the model
-loads back and predicts in the target's shape. CPU, real torch."""
+loads back and predicts in the target's shape; it normalises its inputs with the trained
+version's per-field statistics (recorded as ingest records them), which are the data's.
+CPU, real torch."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import pytest
 
 from shardline.core.builder import commit_version
 from shardline.core.config import Config, DatasetConfig, TrainConfig
+from shardline.core.fields import dataset_info
 from shardline.core.manifest import latest_manifest
 from shardline.core.store import ObjectStore
+from shardline.trainer.factory import model_inputs
 from shardline.trainer.options import RunOptions
 from shardline.trainer.registry import ModelRegistry
 from shardline.trainer.run import train
@@ -26,7 +30,7 @@ FAST = RunOptions(log_every=20, checkpoint_every=1000)
 
 def publish(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray) -> None:
     draft = draft_version(store.put_bytes, cfg, rows, latest_manifest(store, cfg.prefix),
-                          "none")
+                          "none", stats=True)
     commit_version(store, draft)
 
 
@@ -50,15 +54,35 @@ def test_each_target_kind_learns_with_its_loss_and_metrics(
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert set(result.eval["metrics"]) == metrics and result.eval["primary"] == primary
     assert all(v is not None and math.isfinite(v) for v in result.eval["metrics"].values())
+    if primary == "rmse":       # y is linear in x: better than predicting the mean
+        assert result.eval["metrics"]["r2"] > 0.2, result.eval["metrics"]
     meta = ModelRegistry(store, ds.name, "mlp").meta(result.model_version)
-    assert meta["objective"]["kind"] == ds.target_spec.kind
+    # the model normalises with the trained version's statistics, which are the data's
+    m = latest_manifest(store, ds.prefix)
+    assert m is not None and m.stats
+    want = {f.name: f.stats for f in model_inputs(dataset_info(ds, m.stats)).fields}
+    assert {f["name"] for f in meta["inputs"]["fields"]} == set(want)
+    for f in meta["inputs"]["fields"]:
+        st = want[f["name"]]
+        assert (f["stats"] is None) == (st is None), f["name"]
+        if st is not None:
+            assert (f["stats"]["mean"], f["stats"]["std"]) == (list(st.mean), list(st.std))
+    data = shardline.open_dataset(ds, store=store)
+    table = data.to_table()
+    for f in data.fields.fields:
+        if f.kind == "tensor" and f.dtype.startswith("float"):
+            arr = data.array(table, f.name).astype(np.float64)
+            other = (0, *range(2, arr.ndim))                # per channel: axis 0 per sample
+            assert np.allclose(want[f.name].mean, arr.mean(axis=other)), f.name
+            assert np.allclose(want[f.name].std, arr.std(axis=other), rtol=1e-4), f.name
     assert meta["objective"]["primary"] == primary
     [row] = shardline.list_models(ds.name, "mlp", store=store)
     assert row["metric"] == f"{primary} {result.eval['metrics'][primary]:.4f}"
 
     model = shardline.load_model(ds.name, store=store)
+    info = model.info
+    assert {f.name: f.stats for f in info.fields} == want
     table = shardline.open_dataset(ds, store=store, split="holdout").to_table()
     pred = model.predict(table)
-    info = model.info
     expected = (table.num_rows, *info.target.shape) if info.target.shape else (table.num_rows,)
     assert tuple(pred.shape) == expected

@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +22,12 @@ from shardline.core.builder import NewBatch, VersionDraft
 from shardline.core.builder import build_version as build_draft
 from shardline.core.config import DatasetConfig, ShardSpec, config_to_dict
 from shardline.core.field_spec import FieldSpec, TargetSpec
+from shardline.core.field_stats import merge_stats
 from shardline.core.fields import DatasetInfo, FieldInfo, dataset_info
 from shardline.core.manifest import Manifest
 from shardline.core.parts import ShardEntry, SourceEntry, ValidationSummary, content_digests
 from shardline.core.schema import data_schema, schema_info
+from shardline.tasks.convert.columns import table_stats
 
 
 def _config(name: str, fields: dict[str, FieldSpec], target: TargetSpec,
@@ -113,8 +116,8 @@ def _column(info: DatasetInfo, name: str, rows: np.ndarray, typ: pa.DataType) ->
     return pa.array(v, typ)
 
 
-def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes:
-    """Rows of ``cfg``'s published schema (``core.schema.data_schema``) as an IPC file."""
+def shard_table(cfg: DatasetConfig, rows: np.ndarray) -> pa.Table:
+    """Rows of ``cfg``'s published schema (``core.schema.data_schema``)."""
     info, schema = dataset_info(cfg), data_schema(cfg)
     cols: list[pa.Array] = []
     for f in schema:
@@ -126,7 +129,12 @@ def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes
             cols.append(pa.array(rows.astype(np.int64)))
         else:
             cols.append(_column(info, f.name, rows, f.type))
-    table = pa.Table.from_arrays(cols, schema=schema)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes:
+    """Rows of ``cfg``'s published schema as an IPC file."""
+    table = shard_table(cfg, rows)
     sink = pa.BufferOutputStream()
     opts = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     with ipc.new_file(sink, table.schema, options=opts) as writer:
@@ -135,16 +143,20 @@ def shard_bytes(cfg: DatasetConfig, rows: np.ndarray, compression: str) -> bytes
 
 
 def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: np.ndarray,
-                  previous: Manifest | None, compression: str, parts: int = 3
-                  ) -> VersionDraft:
+                  previous: Manifest | None, compression: str, parts: int = 3,
+                  stats: bool = False) -> VersionDraft:
     """One batch of ``rows`` as ``parts`` shards (rows split by ``row % parts``) and its id
-    index, written through ``put``; the next version as the builder ingest uses drafts it."""
+    index, written through ``put``; the next version as the builder ingest uses drafts it
+    (``stats``: with the per-field statistics ingest records, merged over the shards)."""
+    batch_stats: dict[str, Any] | None = None
     version = 1 if previous is None else previous.version + 1
     batch = hashlib.sha256(f"{cfg.name}:{version}:{len(rows)}".encode()).hexdigest()[:16]
     run = f"run{version}"
     new: list[ShardEntry] = []
     for part in range(parts):
         sel = np.sort(rows[rows % parts == part])
+        if stats:
+            batch_stats = merge_stats(batch_stats, table_stats(cfg, shard_table(cfg, sel)))
         data = shard_bytes(cfg, sel, compression)
         key = layout.shard_key(cfg.prefix, batch, part, 0, run)
         put(key, data)
@@ -163,7 +175,7 @@ def draft_version(put: Callable[[str, bytes], None], cfg: DatasetConfig, rows: n
         parent=previous,
         batch=NewBatch(id=batch, run=run, shards=new, ids_path=ids_path,
                        sources=[SourceEntry(f"incoming/{cfg.name}/upload.npy",
-                                            f"etag-{version}", 0, "npy")]),
+                                            f"etag-{version}", 0, "npy")], stats=batch_stats),
         validation=ValidationSummary(success=True, counts={"rows": len(rows), "ok": len(rows),
                                                            "quarantined": 0}))
 
