@@ -10,7 +10,9 @@ Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectatio
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import json
 import uuid
 from pathlib import Path
@@ -18,10 +20,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from PIL import Image
 from pydantic import TypeAdapter
 
 import shardline
-from shardline.core.config import DatasetConfig, load_config
+from shardline.core.config import DatasetConfig, load_config, parse_config
 from shardline.core.errors import SchemaChange
 from shardline.core.field_spec import FieldSpec
 from shardline.core.fields import dataset_info
@@ -230,6 +233,53 @@ def test_tags_multilabel_jsonl(store, spark):
         assert images[r["id"]].tobytes() == r["pixels"].tobytes()
         assert [ex.TAGS[i] for i in np.flatnonzero(tags[r["id"]])] == \
             [t for t in ex.TAGS if t in r["tags"]]
+
+
+def _png(arr: np.ndarray) -> str:
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, "PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_mask_target_jsonl_round_trip(store, spark):
+    """A segmentation mask target through ingest: PNG (base64) or nested-list masks stored
+    as uint8 class indices, bit for bit; a pixel past the classes and a mask of another
+    shape are each one quarantine row naming the target and the fix."""
+    name = f"seg-{uuid.uuid4().hex[:6]}"
+    cfg = parse_config({"dataset": {
+        "name": name, "incoming": f"incoming/{name}/", "classes": ["bg", "road", "building"],
+        "fields": {"image": {"kind": "image", "shape": [8, 6, 3]}},
+        "target": {"kind": "mask", "name": "mask", "column": "seg", "shape": [8, 6]},
+        "validation": {"max_quarantine_fraction": 0.5}}}).dataset
+    rng = np.random.default_rng(12)
+    images = rng.integers(0, 256, (24, 8, 6, 3), dtype=np.uint8)
+    masks = rng.integers(0, 3, (24, 8, 6), dtype=np.uint8)
+    lines = [json.dumps({"id": f"m{i:02d}", "image": _png(images[i]),
+                         "seg": _png(masks[i]) if i % 2 else masks[i].tolist()})
+             for i in range(24)]
+    over = masks[0].copy()
+    over[3, 4] = 5
+    lines += [json.dumps({"id": "bad5", "image": _png(images[0]), "seg": over.tolist()}),
+              json.dumps({"id": "short", "image": _png(images[0]),
+                          "seg": masks[0][:7].tolist()})]
+    store.put_bytes(f"{cfg.incoming}a.jsonl", ("\n".join(lines) + "\n").encode())
+    run = uuid.uuid4().hex[:12]
+    run_pipeline(store, cfg, spark, run)
+    m = latest_manifest(store, cfg.prefix)
+    assert_exactly_once(store, m, [f"m{i:02d}" for i in range(24)],
+                        [("bad5", "unknown_label"), ("short", "wrong_shape")])
+    q = {r["id"]: r["message"] for r in quarantined_rows(store, m).to_pylist()}
+    for words in ("target 'mask'", "1 pixel(s)", "0..2", "(e.g. 5)", "append classes"):
+        assert words in q["bad5"], q["bad5"]
+    assert "'mask'" in q["short"] and "[7, 6]" in q["short"] and "[8, 6]" in q["short"]
+    assert _report_fields(store, cfg, run) == _declared(cfg) == {"image", "mask"}
+    ds = shardline.open_dataset(cfg, store=store)
+    table = ds.to_table()
+    assert table.schema.field("mask").type == pa.fixed_shape_tensor(pa.uint8(), [8, 6])
+    rows = [int(i[1:]) for i in table.column("id").to_pylist()]
+    got = ds.array(table, "mask")
+    assert got.dtype == np.uint8 and got.tobytes() == masks[rows].tobytes()
+    assert ds.array(table, "image").tobytes() == images[rows].tobytes()
 
 
 def test_schema_evolution_additive_versions_and_refusals_before_spark(store, spark):
