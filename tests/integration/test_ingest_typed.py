@@ -1,9 +1,10 @@
-"""Typed fields end to end: the examples (sentinel Zarr, diabetes Parquet, tags JSONL) ingest
-through detect -> convert (Spark) -> validate (great-expectations) -> publish; every input row
-is published or quarantined exactly once, and the published tensors are bit-identical to the
-input (NaN payloads included), read back with the notebook API (``shardline.open_dataset``)
-or with pyarrow from the published shards. The run's validation report lists the per-field
-expectations of every declared field and the target.
+"""Typed fields end to end: the examples (sentinel Zarr, diabetes Parquet, tags JSONL) and a
+segmentation mask target ingest through detect -> convert (Spark) -> validate
+(great-expectations) -> publish; every input row is published or quarantined exactly once,
+and the published tensors are bit-identical to the input (NaN payloads included), read back
+with the notebook API (``shardline.open_dataset``) or with pyarrow from the published
+shards. The run's validation report lists the per-field expectations of every declared
+field and the target.
 
 Real parts: a moto S3 server over HTTP, a Spark Connect server, great-expectations, Arrow.
 """
