@@ -9,7 +9,8 @@ package, so every example runs without a download:
   blue the image holds).
 
 Each ``put_*`` writes the upload under an ``incoming/`` prefix and returns the rows it wrote
-(id -> the values a round trip must give back bit for bit).
+(id -> the values a round trip must give back bit for bit). :func:`write_example` writes the
+same files into a local folder (``shardline example NAME``), for ``shardline upload``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from shardline.core.errors import ConfigError
 from shardline.core.store import Store
 from shardline.resources import require_extra
 
@@ -49,13 +53,20 @@ def put_sentinel(store: Store, key: str, n: int, seed: int = 0, chunk: int = 64,
     """A Zarr group at ``key`` (a folder ending ``.zarr``) with ``ids``, ``bands`` and
     ``label`` (``arrays`` may replace or add any, or drop one with None). Returns id ->
     (bands, label)."""
-    import zarr
     from zarr.storage import FsspecStore
+
+    url, options = store.fsspec_url(key.rstrip("/"))
+    return _sentinel_group(FsspecStore.from_url(url, storage_options=options), n, seed, chunk,
+                           **arrays)
+
+
+def _sentinel_group(zstore: Any, n: int, seed: int, chunk: int,
+                    **arrays: Any) -> dict[str, tuple[np.ndarray, int]]:
+    """Write the sentinel group into ``zstore`` (a zarr store, or a local folder's path)."""
+    import zarr
 
     ids, bands, labels = sentinel_arrays(n, seed)
     data: dict[str, Any] = {"ids": ids, "bands": bands, "label": labels, **arrays}
-    url, options = store.fsspec_url(key.rstrip("/"))
-    zstore = FsspecStore.from_url(url, storage_options=options)
     group = zarr.open_group(store=zstore, mode="w")
     for name, value in data.items():
         if value is None:
@@ -85,13 +96,19 @@ def diabetes_table() -> pa.Table:
 
 
 def put_diabetes(store: Store, key: str, rows: slice = slice(None)) -> pa.Table:
+    part, data = _diabetes_parquet(rows)
+    store.put_bytes(key, data)
+    return part
+
+
+def _diabetes_parquet(rows: slice) -> tuple[pa.Table, bytes]:
+    """``rows`` of :func:`diabetes_table`, and those rows as a Parquet file."""
     table = diabetes_table()
     start, stop, _ = rows.indices(table.num_rows)
     part = table.slice(start, stop - start)
     buf = io.BytesIO()
     pq.write_table(part, buf)
-    store.put_bytes(key, buf.getvalue())
-    return part
+    return part, buf.getvalue()
 
 
 def tag_rows(n: int, seed: int = 0, start: int = 0) -> list[dict[str, Any]]:
@@ -113,6 +130,74 @@ def tag_rows(n: int, seed: int = 0, start: int = 0) -> list[dict[str, Any]]:
 
 def put_tags(store: Store, key: str, rows: list[dict[str, Any]],
              extra_lines: tuple[str, ...] | list[str] = ()) -> None:
+    store.put_bytes(key, _tags_jsonl(rows, extra_lines))
+
+
+def _tags_jsonl(rows: list[dict[str, Any]], extra_lines: tuple[str, ...] | list[str] = ()
+                ) -> bytes:
     lines = [json.dumps({"id": r["id"], "tags": r["tags"], "image": r["image"]})
              for r in rows]
-    store.put_bytes(key, ("\n".join([*lines, *extra_lines]) + "\n").encode())
+    return ("\n".join([*lines, *extra_lines]) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class Example:
+    """One example's upload as ``shardline example NAME`` writes it: ``file`` under the
+    output folder, ``rows`` rows by default (at most ``max_rows`` where the data is fixed)."""
+
+    file: str
+    what: str
+    rows: int
+    max_rows: int | None = None
+
+
+EXAMPLES = {
+    "sentinel": Example("sentinel.zarr", "a Zarr group of 13-band 32 x 32 float32 tiles, "
+                        "4 land-cover classes", 512),
+    "diabetes": Example("diabetes.parquet", "scikit-learn's diabetes table as Parquet "
+                        "(10 float64 features, a regression target)", 442, 442),
+    "tags": Example("tags.jsonl", "16 x 16 RGB PNGs in JSONL, each tagged with a subset of "
+                    "red, green, blue", 600),
+}
+
+
+@dataclass(frozen=True)
+class Written:
+    example: str
+    path: Path       # the file, or the Zarr group's folder
+    rows: int
+    bytes: int
+
+
+def write_example(name: str, out: Path, rows: int | None = None) -> Written:
+    """Write example ``name``'s upload into the folder ``out`` (made if absent; an earlier
+    copy of the same file is replaced), ``rows`` rows (default: the example's).
+
+    Raises:
+        ConfigError: an unknown name, a row count out of range, ``out`` being a file.
+    """
+    ex = EXAMPLES.get(name)
+    if ex is None:
+        raise ConfigError(f"unknown example {name!r}: choose one of {', '.join(EXAMPLES)} "
+                          "(each has its dataset TOML in examples/)")
+    n = ex.rows if rows is None else rows
+    top = ex.max_rows or n
+    if not 1 <= n <= top:
+        limit = f"1..{ex.max_rows} (the data has {ex.max_rows} rows)" if ex.max_rows \
+            else "at least 1"
+        raise ConfigError(f"--rows {n}: the {name} example takes {limit}; give --rows in range "
+                          "or leave it out")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out} is a file: give --out a folder to write the example into")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ex.file
+    if name == "sentinel":
+        require_extra("zarr", "ingest", "the sentinel example's Zarr group")
+        _sentinel_group(str(path), n, seed=0, chunk=64)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    else:
+        data = _diabetes_parquet(slice(0, n))[1] if name == "diabetes" \
+            else _tags_jsonl(tag_rows(n))
+        path.write_bytes(data)
+        size = len(data)
+    return Written(name, path, n, size)
