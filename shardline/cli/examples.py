@@ -27,6 +27,8 @@ EXAMPLES: dict[str, str] = {
     "audit": f"shardline audit -c {F} --id img-000123",
     "models expire": f"shardline models expire -c {F} --keep 5",
     "upload": f"shardline upload ./my-drop/ -c {F}",
+    "example": "shardline example diabetes --out example-data/diabetes  (then: shardline "
+               "upload example-data/diabetes -c examples/diabetes.toml)",
     "delete": f"shardline delete -c {F} --ids ids-to-remove.txt",
     "bench": "shardline bench loader --quick",
     "bench loader": "shardline bench loader --quick",

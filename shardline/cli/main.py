@@ -153,7 +153,7 @@ def _register_optional() -> None:
     """Commands that live beside their own layer (stack, training, demo, data views)."""
     for name in ("stack_cmds", "deploy_cmd", "demo_cmd", "train_cmd", "watch_cmd", "bench_cmd",
                  "data_cmds", "models_cmd", "config_cmd", "compact_cmd", "migrate_cmd",
-                 "verify_cmd", "upload_cmd", "delete_cmd", "retention_cmd"):
+                 "verify_cmd", "upload_cmd", "delete_cmd", "retention_cmd", "example_cmd"):
         if importlib.util.find_spec(f"shardline.cli.{name}") is not None:
             importlib.import_module(f"shardline.cli.{name}").register(app)
 
