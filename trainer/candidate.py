@@ -107,9 +107,11 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
            stream: ShardStream, loader: Any, state: LoopState, before: EvalResult | None,
            after: EvalResult, resumed_at: int | None, step: StepPlan) -> TrainResult:
     """Gate, save (rank 0), promote, and return the same result on every rank."""
+    # the kind's row score (a regression target's over its recorded variance), or the hook's
+    variance = ctx.objective.target_variance() if ctx.hooks.score is None else None
     decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train,
-                      ctx.dataset_version, score_name(ctx.objective.kind)
-                      if ctx.hooks.score is None else "score")
+                      ctx.dataset_version, score_name(ctx.objective.kind, variance)
+                      if ctx.hooks.score is None else "score", variance)
     number = 0
     if ctx.info.is_main:
         number, decision = _save(ctx, model, opt, loader, state, decision, before, after,

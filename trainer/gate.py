@@ -20,13 +20,24 @@ So a candidate that is better on the data as it is now is not vetoed by a drop w
 noise on old rows, and a string of small, individually insignificant losses still meets
 rule 2 once the rows show it. Quantities carry the names the registry's table uses
 ("held-out accuracy", "earlier data accuracy"), in percent for an accuracy.
+
+What is compared is the kind's per-row score (``objectives.Objective.row_score``), the only
+score every row has on its own: accuracy for a class target (its primary metric), the
+row's F1 for multilabel (mAP, the primary, ranks all rows per class and has no per-row
+share), and for regression minus the row's squared error divided by the target's recorded
+variance (``Rules.variance``, from the dataset version's statistics), plus one: a row's
+share of R², so the tolerances are R² points whatever the target's units (0.01: a rise of
+the MSE by 1 % of the variance). Without a recorded variance the squared error is compared
+as it is ("negative MSE", tolerances in squared target units).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from shardline.trainer.paired import Paired, compare
 from shardline.trainer.rows import RowScores
@@ -44,7 +55,9 @@ class Rules:
     alpha: float = 0.05
     tolerance: float = 0.01          # smallest drop that matters on the held-out set
     forget_tolerance: float = 0.01   # ... on earlier data
-    metric: str = "accuracy"         # the primary metric's name (per-row score's mean)
+    metric: str = "accuracy"         # the per-row score's name (``score_name``)
+    variance: float | None = None    # regression: the target's recorded variance; rows are
+                                     # compared as 1 - squared error / variance (R² shares)
 
 
 @dataclass(frozen=True)
@@ -63,11 +76,25 @@ class Check:
 # the mean of a kind's per-row score (``Objective.row_score``), by the name the gate uses
 SCORE_NAMES = {"class": "accuracy", "mask": "pixel accuracy", "multilabel": "row F1",
                "regression": "negative MSE"}
-_FRACTIONS = ("accuracy", "pixel accuracy", "row F1")
+SCALED = "R² (recorded variance)"    # regression rows over the target's variance
+_FRACTIONS = ("accuracy", "pixel accuracy", "row F1", SCALED)
 
 
-def score_name(kind: str) -> str:
+def score_name(kind: str, variance: float | None = None) -> str:
+    """The gate's name for the mean of a kind's row score (``variance``: the regression
+    target's recorded variance, when the rows are compared over it)."""
+    if kind == "regression" and variance is not None:
+        return SCALED
     return SCORE_NAMES.get(kind, "row score")
+
+
+def on_scale(rows: RowScores, variance: float | None) -> RowScores:
+    """Regression rows (minus the squared error) as shares of R²: ``1 + score / variance``
+    (``variance`` None: as they are). One variance for every model compared, so the
+    difference between two models is their MSE difference over the variance."""
+    if variance is None:
+        return rows
+    return replace(rows, scores=1.0 + rows.scores.astype(np.float64) / variance)
 
 
 def _value(x: float, metric: str) -> str:
@@ -137,6 +164,11 @@ def gate(candidate: RowScores | None, live: tuple[int, RowScores] | None,
     if candidate is None or not len(candidate):
         return Decision(False, "no held-out rows to evaluate the candidate on; keeping the "
                                "promoted model (raise train.holdout_fraction)")
+    v = rules.variance
+    candidate = on_scale(candidate, v)
+    live = None if live is None else (live[0], on_scale(live[1], v))
+    earlier_promoted = [(n, on_scale(r, v)) for n, r in earlier_promoted]
+    known = None if known is None else on_scale(known, v)
     found = checks(candidate, live, earlier_promoted, since, rules, known, known_classes)
     evidence = [_evidence(c) for c in found]
     mean = candidate.mean()

@@ -15,12 +15,14 @@ score histograms (:data:`AP_BINS` bins over the sigmoid), exact to the bin width
 Every kind also has a **row score** (:meth:`Objective.row_score`), one number per row,
 higher is better: 1/0 for a correct class, the row's F1 for multilabel, the pixel accuracy
 for a mask, minus the row's mean squared error for regression. The gate compares models
-row by row on the same held-out rows with it (a paired test), whatever the kind; its mean is
+row by row on the same held-out rows with it (a paired test), whatever the kind (regression
+rows over the target's recorded variance: :meth:`Objective.target_variance`); its mean is
 what ``EvalResult.accuracy`` holds (for ``class`` it *is* the accuracy).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +46,17 @@ class Objective:
     @property
     def kind(self) -> str:
         return self.target.kind
+
+    def target_variance(self) -> float | None:
+        """Regression: the target's variance from the dataset version's recorded statistics
+        (``TargetInfo.stats``; the mean of its per-channel variances), which the gate scales
+        the squared errors by (``trainer.gate``). None for other kinds, or when none is
+        recorded or it is not a positive finite number."""
+        stats = self.target.stats
+        if self.kind != "regression" or stats is None or not stats.std:
+            return None
+        var = sum(s * s for s in stats.std) / len(stats.std)
+        return var if math.isfinite(var) and var > 0 else None
 
     # -- training -----------------------------------------------------------------------------
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

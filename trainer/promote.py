@@ -77,17 +77,18 @@ def _stored_rows(registry: ModelRegistry, n: int) -> RowScores | None:
         return None
 
 
-def rules(train: TrainConfig, metric: str = "accuracy") -> Rules:
+def rules(train: TrainConfig, metric: str = "accuracy", variance: float | None = None) -> Rules:
     return Rules(alpha=train.gate_alpha, tolerance=train.promote_tolerance,
-                 forget_tolerance=train.forget_tolerance, metric=metric)
+                 forget_tolerance=train.forget_tolerance, metric=metric, variance=variance)
 
 
 def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
            after: EvalResult, train: TrainConfig, dataset_version: int,
-           metric: str = "accuracy") -> Decision:
+           metric: str = "accuracy", variance: float | None = None) -> Decision:
     """The gate for this run's candidate (``after``, trained on ``dataset_version``)
     against the live promoted model (``before``, evaluated on this run's rows) and the best
-    promoted model's stored rows. Earlier data: the rows the evaluation counts as such."""
+    promoted model's stored rows. Earlier data: the rows the evaluation counts as such.
+    ``variance``: a regression target's recorded variance (``Rules.variance``)."""
     live_n = start.parent_number
     live = (live_n, before.rows) if live_n is not None and before is not None \
         and before.rows is not None else None
@@ -98,7 +99,7 @@ def decide(registry: ModelRegistry, start: Start, before: EvalResult | None,
         if rows is not None:
             others.append((best, rows))
     upto = earlier_upto(start.since_dataset_version, dataset_version)
-    decision = gate(after.rows, live, others, upto, rules(train, metric),
+    decision = gate(after.rows, live, others, upto, rules(train, metric, variance),
                     after.rows_known, start.parent_classes)
     if start.promoted is not None and live is None:
         decision = Decision(decision.promote, f"{_not_scored(start)}; {decision.reason}",

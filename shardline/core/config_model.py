@@ -257,8 +257,9 @@ class TrainConfig:
                     "value refuses to train")
     promote_tolerance: Float = Field(
         default=0.01, ge=0.0, le=1.0,
-        description="smallest drop of the held-out metric vs the live or the best promoted "
-                    "model (same rows, paired test) that refuses a candidate")
+        description="smallest drop of the held-out per-row score (accuracy; row F1; "
+                    "regression: R² points) vs the live or the best promoted model (same "
+                    "rows, paired test) that refuses a candidate")
     forget_tolerance: Float = Field(
         default=0.01, ge=0.0, le=1.0,
         description="smallest drop on earlier data vs the live model (same rows) that "

@@ -144,6 +144,59 @@ def test_regression_scores_use_the_paired_bootstrap() -> None:
     assert d.promote and "paired bootstrap" in d.reason and "points" not in d.reason
 
 
+@pytest.mark.parametrize("sd", [0.01, 1.0, 1000.0])
+def test_the_regression_tolerance_is_in_r2_points_whatever_the_target_units(sd: float
+                                                                           ) -> None:
+    """The same two candidates on targets in different units (standard deviation ``sd``):
+    one 0.3 R² points worse than the live model (promoted: within the 0.01 tolerance), one
+    5 points worse (refused). Raw squared errors put the tolerance in squared target units:
+    at sd 1000 the 0.3-point drop is 3,000 units (refused), at sd 0.01 the 5-point drop is
+    0.000005 (promoted)."""
+    from shardline.core.fields import FieldStats, TargetInfo
+    from shardline.trainer.gate import score_name
+    from shardline.trainer.objectives import objective
+
+    target = TargetInfo("y", "regression", stats=FieldStats(mean=(5.0,), std=(sd,)))
+    variance = objective(target).target_variance()
+    assert variance == pytest.approx(sd * sd)
+    n = 4000
+    err = np.random.default_rng(1).normal(0, sd * np.sqrt(0.1), n)     # R² about 0.9
+    ids, versions, labels = np.arange(n, dtype=np.uint64), np.ones(n, np.int32), \
+        np.full(n, -1, np.int64)
+
+    def scores(mse_factor: float) -> RowScores:
+        return RowScores(ids, (-(err ** 2) * mse_factor).astype(np.float32), versions, labels)
+
+    live = scores(1.0)
+    rules = Rules(metric=score_name("regression", variance), variance=variance)
+    slightly = gate(scores(1.03), (1, live), rules=rules)
+    assert slightly.promote, slightly.reason
+    worse = gate(scores(1.5), (1, live), rules=rules)
+    assert not worse.promote
+    ev = worse.evidence[0]
+    assert ev["diff"] == pytest.approx(-0.05, rel=0.1)                 # R² points, not units
+    for part in ("held-out R² (recorded variance)", "-5.", "points", "paired bootstrap",
+                 "train.promote_tolerance"):
+        assert part in worse.reason, (part, worse.reason)
+
+
+def test_without_a_recorded_variance_regression_rows_compare_as_they_are() -> None:
+    from shardline.core.fields import FieldStats, TargetInfo
+    from shardline.trainer.gate import score_name
+    from shardline.trainer.objectives import objective
+
+    for stats in (None, FieldStats(mean=(1.0,), std=(0.0,)),
+                  FieldStats(mean=(1.0,), std=(float("nan"),))):
+        assert objective(TargetInfo("y", "regression", stats=stats)).target_variance() is None
+    two = FieldStats(mean=(0.0, 0.0), std=(1.0, 3.0))                  # per channel
+    assert objective(TargetInfo("y", "regression", shape=(2,), stats=two)
+                     ).target_variance() == pytest.approx(5.0)
+    classes = TargetInfo("t", "multilabel", ("a", "b"), (2,), stats=two)
+    assert objective(classes).target_variance() is None
+    assert score_name("regression", None) == "negative MSE"
+    assert score_name("multilabel", 2.0) == "row F1"
+
+
 def test_unpaired_models_do_not_block() -> None:
     cand, _ = pair(100, 90, 0, 0)
     other = rows(np.ones(50, bool), start=10_000)   # no shared ids
