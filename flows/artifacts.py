@@ -155,41 +155,68 @@ def publish_ingest_artifacts(dataset: str, manifests: list[Manifest],
 
 
 # -- the model view (after each training run) -------------------------------------------------
-def fitted_limits(values: list[float | None], pad: float = 0.15,
-                  min_span: float = 0.01) -> tuple[float, float]:
-    """An accuracy axis fitted to the data (not 0..1, which hides 97 -> 99 % moves): the
-    values' range widened by ``pad`` of it (at least ``min_span`` in all), clipped to 0..1."""
+# how a primary metric (``trainer.objectives``) is named on the axis, and its bounds: a
+# fraction lies in 0..1, an error in 0..inf; the trend plots the kind's primary metric
+METRIC_LABELS = {"accuracy": "accuracy", "map": "mAP", "micro_f1": "micro-F1",
+                 "macro_f1": "macro-F1", "mean_iou": "mean IoU",
+                 "pixel_accuracy": "pixel accuracy", "rmse": "RMSE", "mae": "MAE", "r2": "R²"}
+_BOUNDS: dict[str, tuple[float | None, float | None]] = {
+    "accuracy": (0.0, 1.0), "map": (0.0, 1.0), "micro_f1": (0.0, 1.0), "macro_f1": (0.0, 1.0),
+    "mean_iou": (0.0, 1.0), "pixel_accuracy": (0.0, 1.0), "rmse": (0.0, None),
+    "mae": (0.0, None), "r2": (None, 1.0)}
+_LOWER_IS_BETTER = ("rmse", "mae")
+
+
+def fitted_limits(values: list[float | None], pad: float = 0.15, min_span: float = 0.01,
+                  bounds: tuple[float | None, float | None] = (0.0, 1.0)
+                  ) -> tuple[float, float]:
+    """An axis fitted to the data (not 0..1, which hides 97 -> 99 % moves): the values'
+    range widened by ``pad`` of it (at least ``min_span`` in all, relative to the values'
+    size when they exceed 1), clipped to ``bounds`` (None: unbounded; 0..1 for a
+    fraction)."""
     xs = [v for v in values if v is not None]
+    lo_bound, hi_bound = bounds
     if not xs:
-        return 0.0, 1.0
+        return (lo_bound if lo_bound is not None else 0.0,
+                hi_bound if hi_bound is not None else 1.0)
     lo, hi = min(xs), max(xs)
+    min_span *= max(1.0, max(abs(lo), abs(hi)))
     span = max(hi - lo, min_span)
     lo, hi = lo - pad * span, hi + pad * span
     if hi - lo < min_span:
         mid = (lo + hi) / 2
         lo, hi = mid - min_span / 2, mid + min_span / 2
-    return max(0.0, lo), min(1.0, hi)
+    return (lo if lo_bound is None else max(lo_bound, lo),
+            hi if hi_bound is None else min(hi_bound, hi))
 
 
 def _pct(x: float | None) -> str:
     return "" if x is None else f"{100.0 * x:.2f} %"
 
 
+def _is_accuracy(m: dict[str, Any]) -> bool:
+    """The model's mean row score is an accuracy (a class target, or a model recorded
+    before metrics per kind); for other kinds it is row F1 or minus the MSE."""
+    return m.get("primary", "accuracy") == "accuracy"
+
+
 def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
                     ) -> list[dict[str, Any]]:
     """One row per model (``shardline.trainer.registry_view.model_rows``), latest first;
     ``promoted`` is ``live`` for the one ``promoted.json`` names, ``earlier`` for one
-    promoted before."""
+    promoted before. The accuracy cells are empty unless the target is a class; the
+    ``primary metric`` cell names the kind's (``rmse 12.3400``)."""
     rows = []
     for m in sorted(models, key=lambda m: -m["model"]):
         state = ("live" if m.get("promoted") else
                  "earlier" if m["model"] in ever_promoted else "no")
+        acc = _is_accuracy(m)
         rows.append({
             "model": m["model"],
             "dataset version": "" if m.get("dataset_version") is None
             else f"v{m['dataset_version']}",
-            "held-out accuracy": _pct(m.get("accuracy")),
-            "earlier data accuracy": _pct(m.get("accuracy_earlier")),
+            "held-out accuracy": _pct(m.get("accuracy")) if acc else "",
+            "earlier data accuracy": _pct(m.get("accuracy_earlier")) if acc else "",
             "primary metric": m.get("metric") or "",
             "promoted": state,
             "gate": m.get("gate", m.get("status", "")),
@@ -198,6 +225,32 @@ def model_view_rows(models: list[dict[str, Any]], ever_promoted: list[int]
             "moves of the live pointer (when, what, who)": m.get("moves") or "",
         })
     return rows
+
+
+def trend_metric(models: list[dict[str, Any]]) -> str:
+    """The metric the trend plots: the live model's primary metric, else the latest
+    complete model's (``accuracy`` for a class target and for older models)."""
+    done = [m for m in models if m.get("status", "complete") == "complete"]
+    live = [m for m in done if m.get("promoted")]
+    pick = live[0] if live else max(done, key=lambda m: m["model"], default={})
+    return str(pick.get("primary", "accuracy"))
+
+
+def trend_value(m: dict[str, Any], metric: str, earlier: bool = False) -> float | None:
+    """``m``'s held-out value of ``metric`` (``earlier``: on earlier data, known for the
+    accuracy only); None when the model leads with another metric or did not record it."""
+    if m.get("primary", "accuracy") != metric:
+        return None
+    if metric == "accuracy":
+        v = m.get("accuracy_earlier" if earlier else "accuracy")
+    else:
+        v = None if earlier else (m.get("metrics") or {}).get(metric)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def metric_text(x: float, metric: str) -> str:
+    """A value as the axis shows it: a percent for a fraction, else 4 significant digits."""
+    return f"{100 * x:.1f} %" if _BOUNDS.get(metric) == (0.0, 1.0) else f"{x:.4g}"
 
 
 def _clamped(ys: list[float], lim: tuple[float, float]) -> tuple[list[float], list[str]]:
@@ -219,20 +272,23 @@ def _clamped(ys: list[float], lim: tuple[float, float]) -> tuple[list[float], li
     return out, marks
 
 
-def trend_limits(models: list[dict[str, Any]], ever_promoted: list[int]
-                 ) -> tuple[float, float]:
-    """The accuracy axis: fitted to the promoted models (held-out and earlier data), so one
-    refused model far below does not squash their line; all models when none was promoted."""
-    done = [m for m in models if m.get("accuracy") is not None]
+def trend_limits(models: list[dict[str, Any]], ever_promoted: list[int],
+                 metric: str = "accuracy") -> tuple[float, float]:
+    """The metric's axis: fitted to the promoted models (held-out and earlier data), so one
+    refused model far off does not squash their line; all models when none was promoted.
+    Clipped to 0..1 for a fraction, at 0 for an error, not at all otherwise."""
+    done = [m for m in models if trend_value(m, metric) is not None]
     promo = [m for m in done if m["model"] in ever_promoted or m.get("promoted")] or done
-    return fitted_limits([m["accuracy"] for m in promo] +
-                         [m.get("accuracy_earlier") for m in promo])
+    return fitted_limits([trend_value(m, metric) for m in promo] +
+                         [trend_value(m, metric, earlier=True) for m in promo],
+                         bounds=_BOUNDS.get(metric, (None, None)))
 
 
 def trend_png(models: list[dict[str, Any]], ever_promoted: list[int]) -> bytes:
-    """Held-out accuracy (and accuracy on earlier data) of the promoted models, as lines on
-    an axis fitted to them; refused models as red marks off the line (pinned to the edge,
-    with their value, when outside the axis); the live model ringed."""
+    """The held-out primary metric (:func:`trend_metric`; for accuracy also on earlier
+    data) of the promoted models, as lines on an axis fitted to them; refused models as red
+    marks off the line (pinned to the edge, with their value, when outside the axis); the
+    live model ringed."""
     import io
 
     import matplotlib
@@ -240,33 +296,37 @@ def trend_png(models: list[dict[str, Any]], ever_promoted: list[int]) -> bytes:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    done = [m for m in models if m.get("accuracy") is not None]
+    metric = trend_metric(models)
+    label = METRIC_LABELS.get(metric, metric)
+    value = {m["model"]: v for m in models if (v := trend_value(m, metric)) is not None}
+    done = [m for m in models if m["model"] in value]
     promo = [m for m in done if m["model"] in ever_promoted or m.get("promoted")]
     refused = [m for m in done if m not in promo]
-    lim = trend_limits(models, ever_promoted)
+    lim = trend_limits(models, ever_promoted, metric)
     fig, ax = plt.subplots(figsize=(8, 3.4), dpi=90)
-    ax.plot([m["model"] for m in promo], [m["accuracy"] for m in promo], color="tab:blue",
-            marker="o", label="held-out accuracy (promoted)")
-    earlier = [(m["model"], m["accuracy_earlier"]) for m in promo
-               if m.get("accuracy_earlier") is not None]
+    ax.plot([m["model"] for m in promo], [value[m["model"]] for m in promo],
+            color="tab:blue", marker="o", label=f"held-out {label} (promoted)")
+    earlier = [(m["model"], trend_value(m, metric, earlier=True)) for m in promo
+               if trend_value(m, metric, earlier=True) is not None]
     if earlier:
         ax.plot(*zip(*earlier, strict=True), color="tab:green", marker=".", linestyle=":",
                 label="earlier data (promoted)")
-    ys, marks = _clamped([m["accuracy"] for m in refused], lim)
+    ys, marks = _clamped([value[m["model"]] for m in refused], lim)
     for m, y, mark in zip(refused, ys, marks, strict=True):
         ax.scatter([m["model"]], [y], marker=mark, color="tab:red", zorder=3,
                    label="refused" if m is refused[0] else None)
         if mark != "o":
-            ax.annotate(f"{100 * m['accuracy']:.1f} %", (m["model"], y), fontsize=7,
-                        color="tab:red", xytext=(4, 4 if mark == "v" else -10),
-                        textcoords="offset points")
+            ax.annotate(metric_text(value[m["model"]], metric),
+                        (m["model"], y), fontsize=7, color="tab:red",
+                        xytext=(4, 4 if mark == "v" else -10), textcoords="offset points")
     live = [m for m in done if m.get("promoted")]
     if live:
-        ax.scatter([live[0]["model"]], [live[0]["accuracy"]], s=180, facecolors="none",
+        ax.scatter([live[0]["model"]], [value[live[0]["model"]]], s=180, facecolors="none",
                    edgecolors="black", zorder=4, label=f"live: model {live[0]['model']}")
     xs = sorted(m["model"] for m in done)
-    ax.set(xlabel="model number", ylabel="accuracy", ylim=lim,
-           title="held-out accuracy by model (axis fitted to the promoted models)")
+    ylabel = f"{label} (lower is better)" if metric in _LOWER_IS_BETTER else label
+    ax.set(xlabel="model number", ylabel=ylabel, ylim=lim,
+           title=f"held-out {label} by model (axis fitted to the promoted models)")
     if xs:
         ax.set_xticks(xs if len(xs) <= 25 else xs[:: max(1, len(xs) // 25)])
     ax.grid(alpha=0.3)
@@ -283,9 +343,10 @@ def trend_markdown(dataset: str, models: list[dict[str, Any]], ever_promoted: li
     import base64
 
     png = base64.b64encode(trend_png(models, ever_promoted)).decode()
+    metric = trend_metric(models)
     live = next((m["model"] for m in models if m.get("promoted")), None)
     return (f"## Models of `{dataset}`: live model {live if live is not None else '(none)'}\n\n"
-            f"![accuracy by model](data:image/png;base64,{png})\n")
+            f"![{METRIC_LABELS.get(metric, metric)} by model](data:image/png;base64,{png})\n")
 
 
 def publish_model_view(store: Any, dataset: str, model: str) -> None:
@@ -300,6 +361,8 @@ def publish_model_view(store: Any, dataset: str, model: str) -> None:
     create_table_artifact(model_view_rows(models, ever), key=artifact_key(dataset, "models"),
                           description=f"Every {model} model of {dataset}, latest first; "
                                       "promoted: live / earlier / no")
+    metric = trend_metric(models)
     create_markdown_artifact(trend_markdown(dataset, models, ever),
                              key=artifact_key(dataset, "models-trend"),
-                             description=f"held-out accuracy across {dataset} models")
+                             description=f"held-out {METRIC_LABELS.get(metric, metric)} "
+                                         f"across {dataset} models")

@@ -4,13 +4,15 @@ the Prefect UI afterwards (pure builders plus the artifact task).
 Artifacts, keyed per dataset so each key's history is that dataset's runs:
   ``<dataset>-training``        table: dataset version, new/replay samples, epochs, loader
                                 samples/s, data-wait share, accuracy before/after (overall
-                                and on earlier data), promotion decision and why
-  ``<dataset>-training-curve``  markdown: loss and accuracy per step/epoch as a PNG (inline
-                                data: URI, rendered by the UI) plus the same numbers as text
+                                and on earlier data; another target kind: its primary
+                                metric, and its row score by name), promotion decision and why
+  ``<dataset>-training-curve``  markdown: loss and accuracy (another kind: its row score)
+                                per step/epoch as a PNG (inline data: URI, rendered by the
+                                UI) plus the same numbers as text
   ``<dataset>-training-progress`` progress (0-100 %), updated during the run from the
                                 trainer's ``on_batch`` callback (a plain callable: the
                                 trainer never imports Prefect)
-  ``<dataset>-models``, ``<dataset>-models-trend``  every model and the accuracy trend
+  ``<dataset>-models``, ``<dataset>-models-trend``  every model and its primary metric's trend
                                 (``flows/artifacts.py``), after each run
 """
 
@@ -40,6 +42,8 @@ from shardline.core.config import Config
 from shardline.core.store import ObjectStore
 from shardline.flows.artifacts import artifact_key, fitted_limits, publish_model_view
 from shardline.tasks.launch import train_ranks
+from shardline.trainer.gate import is_fraction, score_name
+from shardline.trainer.objectives import kind_of
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
 
@@ -56,8 +60,44 @@ def _metrics(ev: dict[str, Any]) -> str:
                      f"{' (primary)' if k == primary else ''}" for k in order) or "n/a"
 
 
+def row_score(r: TrainResult) -> str:
+    """What the run's mean row score is (``trainer.objectives``): ``accuracy`` for a class
+    target, else its own name (``row F1``, ``negative MSE``; ``score`` from a hook is
+    not known here: ``mean row score``), never labelled accuracy."""
+    primary = r.eval.get("primary", "accuracy")
+    if primary == "accuracy":
+        return "accuracy"
+    kind = kind_of(primary)
+    return "mean row score" if kind is None else score_name(kind)
+
+
+def _score_text(x: float | None, score: str) -> str:
+    if x is None:
+        return "n/a"
+    return f"{100.0 * x:.2f} %" if is_fraction(score) else f"{x:.4g}"
+
+
+def _primary_rows(r: TrainResult) -> list[tuple[str, str]]:
+    """Before (the live model) and after (the candidate) on the held-out rows: the accuracy
+    for a class target, else the kind's primary metric."""
+    primary = r.eval.get("primary", "accuracy")
+    if primary == "accuracy":
+        return [("held-out accuracy before (promoted model)", _pct(r.accuracy_before)),
+                ("held-out accuracy after (candidate)", _pct(r.eval_accuracy))]
+
+    def value(ev: dict[str, Any] | None) -> str:
+        v = ((ev or {}).get("metrics") or {}).get(primary)
+        return "n/a" if v is None else f"{v:.4f}"
+
+    return [(f"held-out {primary} before (promoted model)", value(r.eval_before)),
+            (f"held-out {primary} after (candidate)", value(r.eval))]
+
+
 def run_table(r: TrainResult) -> list[dict[str, str]]:
     earlier_before = (r.eval_before or {}).get("earlier_accuracy")
+    score = row_score(r)
+    earlier = "earlier versions' data" if score == "accuracy" else \
+        f"earlier versions' data ({score})"
     rows = [
         ("dataset version", f"v{r.dataset_version}"),
         ("model version", f"{r.model_version} (parent {r.parent_model_version or 'none'})"),
@@ -70,10 +110,9 @@ def run_table(r: TrainResult) -> list[dict[str, str]]:
         ("training samples/s", f"{r.train_samples_per_s:,.0f}"),
         ("data-wait share of step time", _pct(r.data_wait_share)),
         ("held-out metrics (candidate)", _metrics(r.eval)),
-        ("held-out accuracy before (promoted model)", _pct(r.accuracy_before)),
-        ("held-out accuracy after (candidate)", _pct(r.eval_accuracy)),
-        ("earlier versions' data: before -> after",
-         f"{_pct(earlier_before)} -> {_pct(r.eval.get('earlier_accuracy'))}"),
+        *_primary_rows(r),
+        (f"{earlier}: before -> after", f"{_score_text(earlier_before, score)} -> "
+                                         f"{_score_text(r.eval.get('earlier_accuracy'), score)}"),
         ("promoted", "yes" if r.promoted else "no"),
         ("decision", r.decision),
         ("checkpoint", r.checkpoint),
@@ -82,7 +121,9 @@ def run_table(r: TrainResult) -> list[dict[str, str]]:
 
 
 def curve_png(r: TrainResult) -> bytes:
-    """Loss and accuracy per logged step (and held-out accuracy per epoch) as a PNG."""
+    """Loss and accuracy per logged step (and held-out accuracy per epoch) as a PNG; for
+    another target kind its mean row score (:func:`row_score`) on a fitted, unclipped axis
+    (0..1 for a fraction)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -102,7 +143,10 @@ def curve_png(r: TrainResult) -> bytes:
         ax_acc.axhline(r.accuracy_before, color="grey", linestyle="--", label="promoted before")
     values = [p["train_accuracy"] for p in r.curve_steps] + [a for _, a in held] + (
         [r.accuracy_before] if r.accuracy_before is not None else [])
-    ax_acc.set(xlabel="step", ylabel="accuracy", title="accuracy", ylim=fitted_limits(values))
+    score = row_score(r)
+    bounds = (0.0, 1.0) if is_fraction(score) else (None, None)
+    ax_acc.set(xlabel="step", ylabel=score, title=score,
+               ylim=fitted_limits(values, bounds=bounds))
     for ax in (ax_loss, ax_acc):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -115,18 +159,21 @@ def curve_png(r: TrainResult) -> bytes:
 
 def curve_markdown(r: TrainResult) -> str:
     png = base64.b64encode(curve_png(r)).decode()
+    score = row_score(r)
+    name = "acc" if score == "accuracy" else score
     lines = [
         f"## Training curve: {r.dataset} v{r.dataset_version} -> model {r.model_version}",
         "",
         f"![training curve](data:image/png;base64,{png})",
         "",
-        "| epoch | step | train loss | train acc | held-out acc | earlier-data acc |",
+        f"| epoch | step | train loss | train {name} | held-out {name} | earlier-data {name} |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for e in r.curve_epochs:
         lines.append(f"| {e['epoch']} | {e['step']} | {e['loss']:.4f} | "
-                     f"{_pct(e['train_accuracy'])} | {_pct(e.get('holdout_accuracy'))} | "
-                     f"{_pct(e.get('earlier_accuracy'))} |")
+                     f"{_score_text(e['train_accuracy'], score)} | "
+                     f"{_score_text(e.get('holdout_accuracy'), score)} | "
+                     f"{_score_text(e.get('earlier_accuracy'), score)} |")
     lines += ["", f"**{'Promoted' if r.promoted else 'Not promoted'}**: {r.decision}"]
     return "\n".join(lines)
 

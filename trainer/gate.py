@@ -97,6 +97,11 @@ def on_scale(rows: RowScores, variance: float | None) -> RowScores:
     return replace(rows, scores=1.0 + rows.scores.astype(np.float64) / variance)
 
 
+def is_fraction(metric: str) -> bool:
+    """The score (by its gate name) lies in 0..1 and is shown in percent."""
+    return metric in _FRACTIONS
+
+
 def _value(x: float, metric: str) -> str:
     return f"{100 * x:.2f} %" if metric in _FRACTIONS else f"{x:.4g}"
 

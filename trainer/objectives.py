@@ -176,6 +176,11 @@ _PRIMARY = {"class": ("accuracy", True), "multilabel": ("map", True),
             "regression": ("rmse", False), "mask": ("mean_iou", True)}
 
 
+def kind_of(primary: str) -> str | None:
+    """The target kind that leads with metric ``primary`` (None: no built-in kind does)."""
+    return next((k for k, (name, _) in _PRIMARY.items() if name == primary), None)
+
+
 def objective(target: TargetInfo) -> Objective:
     """The :class:`Objective` of ``target``.
 

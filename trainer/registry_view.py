@@ -35,6 +35,13 @@ def model_history(store: Store, dataset: str, model: str) -> dict[str, Any]:
             "models": model_rows(store, dataset, model)}
 
 
+def primary_name(after: Any) -> str:
+    """The name of the target kind's primary held-out metric (``objectives``): ``accuracy``
+    for a class target and for a model recorded before metrics per kind."""
+    name = after.get("primary") if isinstance(after, dict) else None
+    return name if isinstance(name, str) else "accuracy"
+
+
 def primary_text(after: Any) -> str:
     """The target kind's primary held-out metric as ``name value`` (``rmse 12.3``), or ""
     for a model recorded before metrics per kind."""
@@ -55,7 +62,9 @@ def move_text(m: dict[str, Any]) -> str:
 
 def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
     """One row per model number (ascending): dataset version, parent, held-out accuracy
-    (overall, on the run's new data, on earlier data), gate decision and its reason,
+    (overall, on the run's new data, on earlier data; None unless the target is a class),
+    the kind's ``primary`` metric's name and ``metric`` (its name and value), ``metrics``
+    (all of the kind's held-out metrics), gate decision and its reason,
     ``promoted`` (it is the live model) and ``promotion``: ``live``, ``earlier`` (promoted
     once, since replaced) or ``no`` (a refused candidate).
 
@@ -83,18 +92,22 @@ def model_rows(store: Store, dataset: str, model: str) -> list[dict[str, Any]]:
             continue
         after = (meta.get("metrics") or {}).get("after")
         gate = meta.get("gate") or {}
+        # the mean row score is an accuracy for a class target only (row F1, minus the MSE
+        # for other kinds): the accuracy columns stay empty for those
+        acc = {k: _acc(after, f) if primary_name(after) == "accuracy" else None
+               for k, f in (("accuracy", "accuracy"), ("accuracy_new", "new_accuracy"),
+                            ("accuracy_earlier", "earlier_accuracy"))}
         out.append({
             "model": n, "status": "complete", "dataset_version": meta.get("dataset_version"),
             "parent": meta.get("parent_model_version"), "created": meta.get("created_at"),
-            "accuracy": _acc(after, "accuracy"), "accuracy_new": _acc(after, "new_accuracy"),
-            "accuracy_earlier": _acc(after, "earlier_accuracy"),
+            **acc,
             "samples_seen": meta.get("samples_seen"),
             "gate": "passed" if gate.get("passed") else "refused",
             "promoted": promoted is not None and promoted.number == n,
             "promotion": promotion(n), "reason": gate.get("reason"),
             "factory": (meta.get("build") or {}).get("factory"),
             "metrics": after.get("metrics") if isinstance(after, dict) else None,
-            "metric": primary_text(after),
+            "primary": primary_name(after), "metric": primary_text(after),
             "moves": "; ".join(moved.get(n, [])),
         })
     return out

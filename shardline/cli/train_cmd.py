@@ -60,6 +60,20 @@ def check_train(config: str, version: int | None, use_flow: bool) -> None:
         preflight.prefect()
 
 
+def held_out(r: dict[str, Any]) -> tuple[str, str, str]:
+    """The held-out figure a run's line shows, before (the live model) and after: the
+    accuracy for a class target, else the kind's primary metric (``rmse``, ``map``), never
+    the mean row score under the accuracy's name."""
+    def text(x: Any) -> str:
+        return "n/a" if not isinstance(x, int | float) else f"{x:.4f}"
+
+    primary = (r.get("eval") or {}).get("primary", "accuracy")
+    if primary == "accuracy":
+        return "accuracy", text(r["accuracy_before"]), text(r["eval_accuracy"])
+    before = ((r.get("eval_before") or {}).get("metrics") or {}).get(primary)
+    return primary, text(before), text(((r.get("eval") or {}).get("metrics") or {}).get(primary))
+
+
 def print_result(r: dict[str, Any]) -> None:
     from rich.markup import escape
 
@@ -69,11 +83,10 @@ def print_result(r: dict[str, Any]) -> None:
         out.print(escape(str(r["already_learned"])))
         return
     verdict = "[bold green]promoted[/]" if r["promoted"] else "[bold yellow]not promoted[/]"
-    before = "n/a" if r["accuracy_before"] is None else f"{r['accuracy_before']:.4f}"
-    after = "n/a" if r["eval_accuracy"] is None else f"{r['eval_accuracy']:.4f}"
+    name, before, after = held_out(r)
     out.print(f"[bold]{r['dataset']}[/] v{r['dataset_version']} -> model {r['model_version']} "
               f"(parent {r['parent_model_version']}): {verdict}\n"
-              f"  held-out accuracy {before} -> {after}; {escape(str(r['decision']))}\n"
+              f"  held-out {name} {before} -> {after}; {escape(str(r['decision']))}\n"
               f"  {r['new_samples']} new + {r['replay_samples']} replay samples x {r['epochs']} "
               f"epochs; loader {r['loader_samples_per_s']:,.0f} samples/s, data wait "
               f"{100 * r['data_wait_share']:.1f} %\n  checkpoint {r['checkpoint']}")

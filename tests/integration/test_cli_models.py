@@ -66,6 +66,32 @@ def test_models_shows_promoted_and_refused_candidates_and_the_live_one(
     assert by_n[2]["accuracy"] == 0.85 and by_n[2]["gate"] == "refused"
 
 
+def test_a_regression_model_shows_its_rmse_not_its_mean_row_score_as_accuracy(
+        env: dict[str, str], config: Path, published: Published,  # noqa: F811
+        store: ObjectStore) -> None:
+    """A regression model's mean row score is minus its MSE: the accuracy columns stay
+    empty and ``metric`` carries the RMSE (as the trainer records a regression run)."""
+    reg = ModelRegistry(store, published.cfg.dataset.name, "reg")
+    n = reg.claim("run-regression")
+    reg.save(n, b"", b"", {
+        "model_version": n, "dataset_version": 3, "parent_model_version": None,
+        "created_at": "2026-11-23T10:00:00+00:00", "objective": {"kind": "regression"},
+        "metrics": {"after": {"accuracy": -2950.0, "new_accuracy": -2950.0,
+                              "earlier_accuracy": None, "primary": "rmse",
+                              "metrics": {"rmse": 54.3, "mae": 40.0, "r2": 0.8}}},
+        "gate": {"passed": True, "reason": "first model"}})
+    r = run(env, "models", "-c", str(config), "--model", "reg")
+    assert r.returncode == 0, r.stderr
+    header, line = r.stdout.splitlines()
+    row = dict(zip(header.split("\t"), line.split("\t"), strict=True))
+    assert (row["accuracy"], row["accuracy_new"], row["accuracy_earlier"]) == ("-", "-", "-")
+    assert row["metric"] == "rmse 54.3000"
+    [data] = json.loads(run(env, "models", "-c", str(config), "--model", "reg",
+                            "--json").stdout)["models"]
+    assert data["accuracy"] is None and data["primary"] == "rmse"
+    assert data["metrics"]["r2"] == 0.8
+
+
 def test_promote_rollback_and_pin_move_the_live_pointer_and_log_who_asked(
         env: dict[str, str], config: Path, published: Published,  # noqa: F811
         store: ObjectStore) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import types
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from shardline.flows.artifacts import fitted_limits, model_view_rows, trend_png
 from shardline.flows.config_source import config_document, dataset_name, describe, load_flow_config
 from shardline.flows.runs import run_name, run_tags, trigger_of
 from shardline.flows.train_tasks import EpochProgress
+from shardline.trainer.result import TrainResult
 
 TOML = """[dataset]
 name = "digits"
@@ -130,7 +132,7 @@ def test_config_source_errors_name_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="names no object"):
         config_document("s3://bucket-only")
     with pytest.raises(ConfigError, match="int"):
-        config_document(5)  # type: ignore[arg-type]
+        config_document(5)
     with pytest.raises(ConfigError, match=r"\[dataset\]"):
         load_flow_config({"train": {"epochs": 1}})
 
@@ -174,3 +176,102 @@ def test_the_models_table_has_a_reason_column() -> None:
     row = model_view_rows(models, ever_promoted=[])[0]
     assert row["reason"] == "accuracy 0.9000 below the promoted 0.9700"
     assert model_view_rows(MODELS[3:], [])[0]["reason"] == ""
+
+
+# a regression model's rows as ``registry_view.model_rows`` gives them: the mean row score
+# (minus the MSE, -2950 here) is no accuracy, the primary metric is the RMSE
+REGRESSION = [
+    {"model": 1, "status": "complete", "dataset_version": 1, "accuracy": None,
+     "accuracy_earlier": None, "primary": "rmse", "metric": "rmse 54.3000",
+     "metrics": {"rmse": 54.3, "mae": 40.0, "r2": 0.80}, "gate": "passed", "promoted": False},
+    {"model": 2, "status": "complete", "dataset_version": 2, "accuracy": None,
+     "accuracy_earlier": None, "primary": "rmse", "metric": "rmse 52.1000",
+     "metrics": {"rmse": 52.1, "mae": 39.0, "r2": 0.82}, "gate": "passed", "promoted": True},
+    {"model": 3, "status": "complete", "dataset_version": 2, "accuracy": None,
+     "accuracy_earlier": None, "primary": "rmse", "metric": "rmse 180.0000",
+     "metrics": {"rmse": 180.0, "mae": 150.0, "r2": -1.2}, "gate": "refused",
+     "promoted": False},
+]
+
+
+def test_the_axis_of_an_unbounded_metric_is_not_clipped_to_zero_one() -> None:
+    lo, hi = fitted_limits([-3000, -2900], bounds=(None, None))      # was (0.0, -2885.0)
+    assert lo < -3000 and -2900 < hi < -2800
+    lo, hi = fitted_limits([1234.5, 1234.5], bounds=(0.0, None))      # flat: a span to see
+    assert lo < 1234.5 < hi and 1.0 < hi - lo < 100
+    assert fitted_limits([], bounds=(None, None)) == (0.0, 1.0)
+    assert fitted_limits([0.001, 0.05], bounds=(0.0, None))[0] == 0.0  # an error is >= 0
+
+
+def test_a_regression_trend_plots_the_rmse_on_its_own_axis() -> None:
+    from shardline.flows.artifacts import metric_text, trend_limits, trend_metric, trend_value
+
+    assert trend_metric(REGRESSION) == "rmse"
+    assert [trend_value(m, "rmse") for m in REGRESSION] == [54.3, 52.1, 180.0]
+    lo, hi = trend_limits(REGRESSION, ever_promoted=[1, 2], metric="rmse")
+    assert 0 < lo < 52.1 and 54.3 < hi < 60                 # the refused 180 is pinned
+    assert metric_text(180.0, "rmse") == "180" and metric_text(0.9, "accuracy") == "90.0 %"
+    assert trend_png(REGRESSION, [1, 2])[:8] == b"\x89PNG\r\n\x1a\n"
+    # a class model's trend is the accuracy, as before
+    assert trend_metric(MODELS) == "accuracy" and trend_value(MODELS[1], "accuracy") == 0.97
+    assert trend_value(MODELS[1], "accuracy", earlier=True) == 0.96
+    assert trend_limits(MODELS, [1, 2]) == fitted_limits([0.95, 0.97, None, 0.96])
+
+
+def test_a_multilabel_trend_plots_the_map() -> None:
+    from shardline.flows.artifacts import trend_limits, trend_metric, trend_value
+
+    tiles = [dict(m, primary="map", accuracy=None, metric=f"map {v:.4f}", metrics={"map": v})
+             for m, v in zip(REGRESSION, (0.81, 0.84, 0.40), strict=True)]
+    assert trend_metric(tiles) == "map" and trend_value(tiles[1], "map") == 0.84
+    lo, hi = trend_limits(tiles, [1, 2], "map")
+    assert 0.75 < lo < 0.81 and 0.84 < hi <= 1.0
+
+
+def test_regression_rows_show_no_percent_of_a_negative_mse() -> None:
+    raw = dict(REGRESSION[1], accuracy=-2950.0, accuracy_earlier=-3000.0)  # even if given
+    for row in model_view_rows([*REGRESSION[:1], raw], ever_promoted=[1, 2]):
+        assert row["held-out accuracy"] == "" and row["earlier data accuracy"] == ""
+        assert row["primary metric"].startswith("rmse ")
+    assert model_view_rows([raw], [2])[0]["primary metric"] == "rmse 52.1000"
+
+
+def _result(kind_eval: dict[str, Any], before: dict[str, Any] | None,
+            accuracy: float, accuracy_before: float | None) -> TrainResult:
+    return TrainResult(
+        dataset="d", model="mlp", model_version=2, dataset_version=2, parent_model_version=1,
+        samples_seen=100, new_samples=50, replay_samples=10, epochs=1,
+        eval_accuracy=accuracy, accuracy_before=accuracy_before, promoted=True,
+        decision="ok", checkpoint="s3://b/m/2/", start="warm", loader_samples_per_s=1.0,
+        train_samples_per_s=1.0, data_wait_share=0.1, eval=kind_eval, eval_before=before,
+        curve_steps=[{"step": 1, "loss": 3000.0, "train_accuracy": accuracy}],
+        curve_epochs=[{"epoch": 0, "step": 1, "loss": 3000.0, "train_accuracy": accuracy,
+                       "holdout_accuracy": accuracy, "earlier_accuracy": None}])
+
+
+def test_a_regression_run_shows_its_rmse_not_a_percent_of_a_negative_mse() -> None:
+    from shardline.cli.train_cmd import held_out
+    from shardline.flows.train_tasks import curve_markdown, row_score, run_table
+
+    after = {"primary": "rmse", "metrics": {"rmse": 54.31, "r2": 0.8},
+             "earlier_accuracy": -2900.0}
+    before = {"primary": "rmse", "metrics": {"rmse": 55.0, "r2": 0.79},
+              "earlier_accuracy": -3000.0}
+    r = _result(after, before, -2950.0, -3025.0)
+    assert row_score(r) == "negative MSE"
+    table = {x["metric"]: x["value"] for x in run_table(r)}
+    assert table["held-out rmse before (promoted model)"] == "55.0000"
+    assert table["held-out rmse after (candidate)"] == "54.3100"
+    assert table["earlier versions' data (negative MSE): before -> after"] == "-3000 -> -2900"
+    assert not any("%" in v for k, v in table.items() if k != "data-wait share of step time")
+    md = curve_markdown(r)
+    [epoch] = [x for x in md.splitlines() if x.startswith("| 0 |")]
+    assert "held-out negative MSE" in md and "-2950" in epoch and "%" not in epoch
+    assert held_out(r.to_dict()) == ("rmse", "55.0000", "54.3100")
+    # a class run reads as before
+    c = _result({"primary": "accuracy", "metrics": {"accuracy": 0.9}}, None, 0.9, None)
+    table = {x["metric"]: x["value"] for x in run_table(c)}
+    assert table["held-out accuracy after (candidate)"] == "90.00 %"
+    assert table["earlier versions' data: before -> after"] == "n/a -> n/a"
+    assert held_out(c.to_dict()) == ("accuracy", "n/a", "0.9000")
+    assert "| train acc | held-out acc |" in curve_markdown(c)
