@@ -1,15 +1,17 @@
 """Every target kind trains with its own loss and is scored with its own metrics: a float
 feature vector with a regression target and a multi-band tile dataset with a multi-label
-target, through the built-in MLP, on real Arrow shards in the moto bucket. The training loss
-falls, the evaluation reports the kind's metrics with its primary metric, and the model
-loads back and predicts in the target's shape; it normalises its inputs with the trained
-version's per-field statistics (recorded as ingest records them), which are the data's.
-CPU, real torch."""
+target, through the built-in MLP, on real Arrow shards in the moto bucket (with the
+per-field statistics ingest records). The training loss falls, the evaluation reports the
+kind's metrics with its primary metric, the model learned what the fields tell (R² and mAP
+well above what a constant answer scores), the gate names the per-row score it compared,
+and the model loads back and predicts in the target's shape; it normalises its inputs with
+the trained version's per-field statistics, which are the data's. CPU, real torch."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,18 +36,32 @@ def publish(store: ObjectStore, cfg: DatasetConfig, rows: np.ndarray) -> None:
     commit_version(store, draft)
 
 
-@pytest.mark.parametrize(("make", "metrics", "primary"), [
-    (regression_config, {"rmse", "mae", "r2"}, "rmse"),
-    (typed_config, {"micro_f1", "macro_f1", "map"}, "map"),
+def learned_enough(ds: DatasetConfig, got: dict[str, float], stats: dict[str, Any]) -> None:
+    """What a learner that works reaches here, with margin (seeds 0-3 gave R² 0.83-0.93 and
+    mAP 0.82-0.86): the regression target is linear in ``x``, so R² > 0.6 (a constant answer
+    scores 0 or below); every tag is a range of the row number or its remainder mod 3, which
+    the fields carry, so mAP beats the tags' mean prevalence (what a constant or random
+    ranking scores, about 0.43 here) by 0.2."""
+    if ds.target_spec.kind == "regression":
+        assert got["r2"] > 0.6, got
+        return
+    counts = stats[ds.target_spec.name]
+    prevalence = sum(counts["label_counts"].values()) / (len(ds.classes) * counts["rows"])
+    assert 0.3 < prevalence < 0.6 and got["map"] > prevalence + 0.2, (got, prevalence)
+
+
+@pytest.mark.parametrize(("make", "metrics", "primary", "score"), [
+    (regression_config, {"rmse", "mae", "r2"}, "rmse", "R² (recorded variance)"),
+    (typed_config, {"micro_f1", "macro_f1", "map"}, "map", "row F1"),
 ])
 def test_each_target_kind_learns_with_its_loss_and_metrics(
         store: ObjectStore, tmp_path: Path, make: object, metrics: set[str],
-        primary: str) -> None:
+        primary: str, score: str) -> None:
     import shardline
 
     ds = make()  # type: ignore[operator]
     cfg = Config(dataset=ds, train=TrainConfig(
-        model="mlp", model_args={"hidden": 32}, epochs=4, batch_size=16, lr=3e-3,
+        model="mlp", model_args={"hidden": 32}, epochs=4, batch_size=16, lr=1e-2,
         shuffle_window=256, cache_dir=str(tmp_path / "cache")))
     publish(store, ds, np.random.default_rng(0).permutation(400))
     result = train(cfg, store, options=FAST)
@@ -54,8 +70,12 @@ def test_each_target_kind_learns_with_its_loss_and_metrics(
     assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
     assert set(result.eval["metrics"]) == metrics and result.eval["primary"] == primary
     assert all(v is not None and math.isfinite(v) for v in result.eval["metrics"].values())
-    if primary == "rmse":       # y is linear in x: better than predicting the mean
-        assert result.eval["metrics"]["r2"] > 0.2, result.eval["metrics"]
+    stats = latest_manifest(store, ds.prefix).stats
+    assert stats is not None
+    learned_enough(ds, result.eval["metrics"], stats)
+    # the gate compared the kind's per-row score, by its name (regression: over the
+    # target's recorded variance, so the tolerance is in R² points)
+    assert result.decision.startswith(f"first model: held-out {score} "), result.decision
     meta = ModelRegistry(store, ds.name, "mlp").meta(result.model_version)
     # the model normalises with the trained version's statistics, which are the data's
     m = latest_manifest(store, ds.prefix)
@@ -78,6 +98,9 @@ def test_each_target_kind_learns_with_its_loss_and_metrics(
     assert meta["objective"]["primary"] == primary
     [row] = shardline.list_models(ds.name, "mlp", store=store)
     assert row["metric"] == f"{primary} {result.eval['metrics'][primary]:.4f}"
+    assert row["primary"] == primary
+    # the mean row score (row F1, minus the MSE) is no accuracy: those columns stay empty
+    assert row["accuracy"] is None and row["accuracy_earlier"] is None
 
     model = shardline.load_model(ds.name, store=store)
     info = model.info
