@@ -63,7 +63,14 @@ def test_grown_model_predicts_the_old_classes_exactly_like_the_parent() -> None:
     with torch.no_grad():
         a, b = parent(x), child(x)
     assert b.shape == (16, 5)
-    assert torch.equal(a, b[:, :3])
+    # the parent's tensors are loaded bit for bit; its outputs agree to rounding only (a
+    # 3-wide and a 5-wide matmul may take different CPU kernels: found bitwise-different
+    # on another machine's CPU)
+    for k, v in model_tensors(parent).items():
+        got = model_tensors(child)[k]
+        assert torch.equal(v, got[:v.shape[0]] if got.shape != v.shape else got), k
+    assert torch.allclose(a, b[:, :3], rtol=0, atol=1e-6)
+    assert torch.equal(a.argmax(1), b[:, :3].argmax(1))
     # the new classes' rows are the fresh model's initialisation, not zeros
     assert model_tensors(child)["head.2.weight"][3:].abs().sum() > 0
 
