@@ -155,6 +155,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="weight of the parent's answers in an update (trainer.distill); 0 off")
     p.add_argument("--align-head", type=int, choices=(0, 1), default=int(d.align_head),
                    help="1: weight aligning after an update that grew the head")
+    p.add_argument("--resample", type=int, choices=(0, 1), default=int(d.replay_resample),
+                   help="1: the replay sample is drawn afresh every epoch")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     args = p.parse_args(argv)
     args.scratch_epochs = args.scratch_epochs or args.epochs
@@ -169,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                     batch_size=args.batch_size, holdout_fraction=args.holdout,
                     shuffle_window=TrainConfig().shuffle_window, gate_alpha=args.alpha,
                     logit_adjust=bool(args.logit_adjust), distill=args.distill,
-                    align_head=bool(args.align_head),
+                    align_head=bool(args.align_head), replay_resample=bool(args.resample),
                     cache_dir=str(work / "cache"))
     cfg = digits_config(name=f"{args.scenario}-bench", **train_kw)
     if args.scenario != "digits":

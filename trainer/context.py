@@ -79,7 +79,7 @@ def open_context(cfg: Config, store: Store, dataset_version: int | None,
     start = resolve_start(registry, spec)
     _not_learned(cfg, registry, manifest.version, start, dist_info.world)
     plan = make_plan(manifest, start.since_dataset_version, t.replay_ratio,
-                     t.holdout_fraction, t.seed)
+                     t.holdout_fraction, t.seed, resample=t.replay_resample)
     fetcher = ShardFetcher(ShardCache(t.cache_dir, int(t.cache_max_gb * 2**30), store),
                            t.fetch_threads)
     reader = ShardReader(fetcher, cfg.dataset,

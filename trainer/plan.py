@@ -110,6 +110,8 @@ class TrainPlan:
     replay_fractions: np.ndarray | None = field(default=None, compare=False, repr=False)
     # rows masked by deletion vectors (``core.deletions``), by shard ordinal: never served
     masked: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    # a replay shard's rows drawn afresh every epoch (same count, another salt per epoch)
+    resample: bool = False
 
     def live(self, s: PlannedShard, rows: np.ndarray) -> np.ndarray:
         """``rows`` of ``s`` without the ones a deletion vector masks (order kept)."""
@@ -140,8 +142,15 @@ class TrainPlan:
             return s.entry.rows * frac if s.split == TRAIN else 0.0
         return s.entry.rows * (1.0 - self.holdout_fraction) * frac
 
-    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
-        """Row numbers of ``s`` that this run trains on (ascending)."""
+    def rows_epoch(self, s: PlannedShard, epoch: int) -> int:
+        """The epoch whose sample of ``s``'s rows epoch ``epoch`` reads: itself for a
+        replay shard of a resampling plan, else 0 (the same rows every epoch)."""
+        return epoch if self.resample and s.role != "new" else 0
+
+    def train_rows(self, s: PlannedShard, index: ShardIndex, epoch: int = 0) -> np.ndarray:
+        """Row numbers of ``s`` that this run trains on in ``epoch`` (ascending): a new
+        shard's every training row; a replay shard's sample, drawn again every epoch when
+        the plan resamples (``rows_epoch``), always of the same size."""
         if s.split == HOLDOUT:
             return np.empty(0, np.int64)
         if s.split == TRAIN:
@@ -152,7 +161,9 @@ class TrainPlan:
         if s.role == "new":
             return train.astype(np.int64)
         k = int(round(self.fraction(s) * len(train)))
-        return train[pick_smallest(salted(index.hashes[train], self.salt), k)]
+        salt = self.salt if self.rows_epoch(s, epoch) == 0 else \
+            self.salt ^ (0x9E3779B97F4A7C15 * epoch) & 0xFFFFFFFFFFFFFFFF
+        return train[pick_smallest(salted(index.hashes[train], salt), k)]
 
     def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:
         """Row numbers of shard ``s`` that are held out: all of a held-out shard, none of a
@@ -175,6 +186,8 @@ class TrainPlan:
             h.update(np.round(self.replay_fractions, 12).tobytes())
         for ordinal in sorted(self.masked):
             h.update(f"{ordinal}:".encode() + self.masked[ordinal].tobytes())
+        if self.resample:
+            h.update(b"resample")
         return h.hexdigest()[:16]
 
 
@@ -196,7 +209,7 @@ def shard_versions(manifest: Manifest) -> np.ndarray:
 
 
 def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_ratio: float,
-              holdout_fraction: float | None, seed: int) -> TrainPlan:
+              holdout_fraction: float | None, seed: int, resample: bool = False) -> TrainPlan:
     """Choose new and replay shards of ``manifest`` for a model last trained on
     ``since_dataset_version``.
 
@@ -244,7 +257,7 @@ def make_plan(manifest: Manifest, since_dataset_version: int | None, replay_rati
         planned = [PlannedShard(None, i, v, r, cols, sp) for i, (v, r, sp)
                    in enumerate(zip(versions.tolist(), roles, splits, strict=True))]
     return TrainPlan(manifest.dataset, manifest.version, since_dataset_version, planned, q,
-                     fraction, salt, balanced, masked_by_ordinal(manifest))
+                     fraction, salt, balanced, masked_by_ordinal(manifest), resample)
 
 
 def masked_by_ordinal(manifest: Manifest) -> dict[int, np.ndarray]:

@@ -88,7 +88,8 @@ class ShardStream(BaseNode[Batch]):
         self._label = self.cols.target if self.cols.label_source is not None else None
         self._shards: list[PlannedShard] = plan.train_shards
         self._expected = [plan.expected_rows(s) for s in self._shards]
-        self._rows: dict[int, np.ndarray] = {}
+        # (ordinal, the epoch whose sample it is: ``plan.rows_epoch``) -> training rows
+        self._rows: dict[tuple[int, int], np.ndarray] = {}
         self._last_members: tuple[int, ...] = ()
         self._last_picks = build_picks([])
         self._last_items: list[tuple[int, Any]] = []          # (ordinal, open shard)
@@ -259,20 +260,25 @@ class ShardStream(BaseNode[Batch]):
         windows = self._epoch_windows(epoch)
         upcoming = [self._shards[i].entry for win in windows[w:] for i in win]
         self.reader.source.prefetch(upcoming, self.lookahead_bytes)
-        members = tuple(sorted(windows[w]))   # the window's samples in a canonical order
+        # the window's samples in a canonical order (and, when replay is drawn per epoch,
+        # the epoch: a one-window epoch then reads other rows of the same shards)
+        members = tuple(sorted(windows[w])) + ((-1, epoch) if self.plan.resample else ())
         with self._build_lock:
             if self._last_members != members:     # (a one-window epoch reuses them)
                 # built aside and stored together: an open() that fails part-way leaves
                 # the last window's picks, shards and segment starts consistent
                 items, seg_at_new = [], []
                 opened: list[tuple[int, Any]] = []
-                for i in members:
+                for i in sorted(windows[w]):
                     s = self._shards[i]
                     shard = self.reader.open(s)
-                    rows = self._rows.get(s.ordinal)
+                    key = (s.ordinal, self.plan.rows_epoch(s, epoch))
+                    rows = self._rows.get(key)
                     if rows is None:
-                        rows = self._rows[s.ordinal] = self.plan.train_rows(
-                            s, self.reader.index(s))
+                        for old in [k for k in self._rows if k[1] < key[1] - 1]:
+                            del self._rows[old]      # samples of epochs already done
+                        rows = self._rows[key] = self.plan.train_rows(
+                            s, self.reader.index(s), key[1])
                     items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
                     seg_at_new += [(len(opened), int(a))
                                    for a in shard.starts[:len(shard.segments)]]

@@ -56,7 +56,7 @@ class _HoldoutPlan(TrainPlan):
     def train_shards(self) -> list[PlannedShard]:
         return self.eval_shards
 
-    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
+    def train_rows(self, s: PlannedShard, index: ShardIndex, epoch: int = 0) -> np.ndarray:
         return self.holdout_rows(index, s)
 
     def expected_rows(self, s: PlannedShard) -> float:
@@ -77,7 +77,7 @@ class _AllPlan(TrainPlan):
     def eval_shards(self) -> list[PlannedShard]:
         return self.shards
 
-    def train_rows(self, s: PlannedShard, index: ShardIndex) -> np.ndarray:
+    def train_rows(self, s: PlannedShard, index: ShardIndex, epoch: int = 0) -> np.ndarray:
         return self.live(s, np.arange(len(index.hashes), dtype=np.int64))
 
     def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:

@@ -251,6 +251,10 @@ class TrainConfig:
     lr: Float = Field(default=2e-3, ge=0, description="0 freezes the weights")
     weight_decay: Float = Field(default=1e-4, ge=0)
     replay_ratio: Float = Field(default=0.4, ge=0.0, lt=1.0)
+    replay_resample: Bool = Field(
+        default=True, description="draw the replay sample afresh every epoch (the same "
+                                  "number of rows: an update reads more of the history "
+                                  "for the same cost); false: the same rows every epoch")
     holdout_fraction: Float = Field(
         default=HOLDOUT_FRACTION, gt=0.0, lt=1.0,
         description="defaults to [dataset] holdout_fraction; a dataset that recorded another "

@@ -32,8 +32,9 @@ class LocalDigits:
         return ShardReader(LocalShards(self.root), self.cfg.dataset)
 
     def plan(self, since: int | None = None, replay: float = 0.3, holdout: float = 0.15,
-             version: int = 2) -> TrainPlan:
-        return make_plan(self.v2 if version == 2 else self.v1, since, replay, holdout, seed=0)
+             version: int = 2, resample: bool = False) -> TrainPlan:
+        return make_plan(self.v2 if version == 2 else self.v1, since, replay, holdout, seed=0,
+                         resample=resample)
 
 
 @pytest.fixture(scope="session")

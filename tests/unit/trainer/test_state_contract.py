@@ -9,8 +9,9 @@ reference's remainder (same keys, epochs, epoch ends and every tensor); a state 
 restored run restores too.
 
 The nodes: ``ShardStream`` (arena, maps, inline window builds, batches crossing windows,
-a rank of several, typed fields with a multi-label and a regression target) and
-``ThreadPrefetcher`` (over the stream, and over a plain counting node).
+a replay sample drawn afresh every epoch, a rank of several, typed fields with a
+multi-label and a regression target) and ``ThreadPrefetcher`` (over the stream, and over a
+plain counting node).
 """
 
 from __future__ import annotations
@@ -86,11 +87,11 @@ def run_save_load_contract(make: Factory) -> None:
     assert all(map(same, list(again), full[k + min(2, len(full) - k):]))
 
 
-def _digits(d: LocalDigits, **kw: Any) -> Factory:
+def _digits(d: LocalDigits, resample: bool = False, **kw: Any) -> Factory:
     args: dict[str, Any] = dict(batch_size=32, epochs=2, seed=0, window_rows=200,
                                 window_min_shards=4)
     args.update(kw)
-    plan = d.plan(since=1)                     # plain v1 + LZ4 v2 shards, replay
+    plan = d.plan(since=1, resample=resample)  # plain v1 + LZ4 v2 shards, replay
     return lambda: ShardStream(plan, d.reader(), **args)
 
 
@@ -110,6 +111,8 @@ NODES: dict[str, Callable[[pytest.FixtureRequest], Factory]] = {
                                         window_rows=150, arena_bytes=0),
     "stream_inline": lambda r: _digits(r.getfixturevalue("local_digits"), prebuild=False,
                                        arena_bytes=0, epochs=3),
+    "stream_replay_resampled": lambda r: _digits(r.getfixturevalue("local_digits"),
+                                                 resample=True, epochs=3, batch_size=37),
     "stream_rank_1_of_3": lambda r: _digits(r.getfixturevalue("local_digits"), rank=1,
                                             world=3, batch_size=16),
     "stream_typed_multilabel": lambda r: _fields(r.getfixturevalue("local_fields")),

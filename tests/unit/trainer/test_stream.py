@@ -129,6 +129,37 @@ def test_replay_share_matches_the_configured_ratio(local_digits: LocalDigits) ->
     assert held and not held & set(keys)
 
 
+def test_a_resampling_plan_draws_other_replay_rows_each_epoch_at_the_same_cost(
+        local_digits: LocalDigits) -> None:
+    fixed, fresh = (local_digits.plan(since=1, replay=0.3, resample=r) for r in (False, True))
+    assert fixed.fingerprint() != fresh.fingerprint()     # a resumed state cannot mix them
+    roles = {s.ordinal: s.role for s in fresh.shards}
+    held = {(s.ordinal << 32) | int(r) for s in fresh.shards
+            for r in fresh.holdout_rows(local_digits.reader().index(s))}
+    by_plan = {}
+    for name, plan in (("fixed", fixed), ("fresh", fresh)):
+        per_epoch = epoch_keys(list(stream(local_digits, plan, epochs=3)))
+        by_plan[name] = per_epoch
+        for keys in per_epoch.values():
+            assert Counter(keys).most_common(1)[0][1] == 1          # no repeats in an epoch
+            assert not held & set(keys)                              # never a held-out row
+    new = {e: {k for k in keys if roles[k >> 32] == "new"}
+           for e, keys in by_plan["fresh"].items()}
+    old = {e: {k for k in keys if roles[k >> 32] == "replay"}
+           for e, keys in by_plan["fresh"].items()}
+    # epoch 0 is the fixed plan's sample; every epoch reads the same number of rows and
+    # every new row; the replay rows differ from epoch to epoch
+    assert sorted(by_plan["fresh"][0]) == sorted(by_plan["fixed"][0])
+    assert all(len(by_plan["fresh"][e]) == len(by_plan["fixed"][e]) for e in range(3))
+    assert new[0] == new[1] == new[2]
+    assert len(old[0]) == len(old[1]) == len(old[2]) > 50
+    assert old[0] != old[1] and old[1] != old[2]
+    assert len(old[0] | old[1] | old[2]) > 2 * len(old[0])          # more of the history
+    fixed_old = {k for keys in by_plan["fixed"].values() for k in keys if roles[k >> 32]
+                 == "replay"}
+    assert fixed_old == old[0]                                      # the fixed plan: one sample
+
+
 def test_buffers_are_reused_only_after_release(local_digits: LocalDigits) -> None:
     plan = local_digits.plan(since=None)
     s = stream(local_digits, plan, epochs=1)
