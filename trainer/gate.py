@@ -2,8 +2,9 @@
 
 A candidate is compared with the models it would replace *on the same held-out rows*
 (``trainer.paired``: McNemar mid-p for correct/incorrect rows, a paired bootstrap for any
-other per-row score) and refused only for a drop the rows show with confidence (one-sided
-p below ``alpha``) that is at least the tolerance (the smallest drop that matters):
+other per-row score) and refused only for a drop the rows show with confidence to be at
+least the tolerance (the smallest drop that matters): one-sided p below ``alpha`` and the
+upper end of the ``1 - 2 alpha`` interval at least the tolerance below zero:
 
 1. **Live model**, on this run's whole held-out set (old and new data): ``tolerance``.
 2. **Earlier promoted models** (no ratchet), each on the rows it was scored on when it was

@@ -14,7 +14,8 @@ that two separate accuracies (each with its own standard error) hide in noise.
   resampled means at or above 0; the interval is the percentile interval.
 
 Both report a two-sided ``1 - 2 * alpha`` interval, the one whose upper end a one-sided
-test at level ``alpha`` looks at.
+test at level ``alpha`` looks at: a drop is refused when that upper end lies at least the
+tolerance below zero (``Paired.worse``: the rows show the drop is one that matters).
 """
 
 from __future__ import annotations
@@ -46,9 +47,12 @@ class Paired:
     losses: int = 0           # ... rows only the reference gets right
 
     def worse(self, alpha: float, tolerance: float) -> bool:
-        """A drop the rows show with confidence (p < alpha) and that matters (at least
-        ``tolerance``)."""
-        return self.p_worse < alpha and -self.diff >= tolerance - 1e-12
+        """A drop that matters, shown with confidence: the candidate is worse (p < alpha)
+        and the interval's upper end (the one-sided ``1 - alpha`` bound) lies at least
+        ``tolerance`` below zero, so the rows show the drop is at least the tolerance, not
+        only that there is one (a drop of 1.3 points whose bound is -0.4 may be less than
+        a 1-point tolerance: it is not refused)."""
+        return self.p_worse < alpha and self.high <= -tolerance + 1e-12
 
 
 def _binary(a: np.ndarray, b: np.ndarray) -> bool:

@@ -166,8 +166,9 @@ def check_dataset(store: ObjectStore, cfg: DatasetConfig, expected: Expected | N
 
 def _no_shown_drop(n: int, meta: dict, after: float, before: float, tol: float) -> None:
     """A promoted model is not worse than the model it replaced by a drop its held-out rows
-    show: the gate's rule (trainer/gate.py), re-derived here from the recorded paired counts
-    (McNemar mid-p from wins/losses), not taken from the gate's verdict. A drop within
+    show to matter: the gate's rule (trainer/gate.py), re-derived here from the recorded
+    paired counts (McNemar mid-p and the interval's upper end from wins/losses), not taken
+    from the gate's verdict. A drop within
     noise may be promoted; a record without evidence falls back to the fixed tolerance."""
     from scipy import stats
 
@@ -184,11 +185,18 @@ def _no_shown_drop(n: int, meta: dict, after: float, before: float, tol: float) 
              f"model {n}: its evidence ({wins} wins, {losses} losses on {rows} rows) is not "
              f"the accuracy change it records ({before} -> {after})")
     d = wins + losses
+    alpha = float(e["alpha"])
     p = float(stats.binom.sf(losses, d, 0.5) + 0.5 * stats.binom.pmf(losses, d, 0.5)) \
         if d else 1.0
-    _require(not (p < float(e["alpha"]) and before - after >= float(e["tolerance"]) - 1e-12),
+    # the upper end of the 1 - 2 alpha interval (Bonett & Price's adjusted Wald for
+    # paired proportions): a drop is shown to matter when it lies the tolerance below 0
+    p12, p21 = (wins + 1) / (rows + 2), (losses + 1) / (rows + 2)
+    se = ((p12 + p21 - (p12 - p21) ** 2) / (rows + 2)) ** 0.5
+    high = p12 - p21 + float(stats.norm.ppf(1 - alpha)) * se
+    _require(not (p < alpha and high <= -float(e["tolerance"]) + 1e-12),
              f"model {n} promoted {before - after:.4f} below the model it replaced on the "
-             f"same {rows} rows, a drop they show (mid-p {p:.3g} < alpha {e['alpha']})")
+             f"same {rows} rows, a drop they show to be at least {e['tolerance']} (mid-p "
+             f"{p:.3g} < alpha {alpha}, upper bound {high:.4f})")
 
 
 @dataclass

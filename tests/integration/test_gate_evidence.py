@@ -100,7 +100,7 @@ def test_appended_classes_grow_the_head_and_a_reorder_is_refused(store: ObjectSt
     evidence = reg.meta(grown.model_version)["gate"]["evidence"]
     assert {e["scope"] for e in evidence} == {"held-out", "earlier data"}
     refusing = [e for e in evidence
-                if e["p_worse"] < e["alpha"] and -e["diff"] >= e["tolerance"] - 1e-12]
+                if e["p_worse"] < e["alpha"] and e["high"] <= -e["tolerance"] + 1e-12]
     assert grown.promoted == (not refusing), grown.decision
     # a reordered class list is refused in one line
     swapped = dataclasses.replace(full.dataset, classes=("1", "0", *map(str, range(2, 10))))

@@ -77,6 +77,21 @@ def test_a_significant_drop_smaller_than_the_tolerance_is_promoted() -> None:
     assert gate(cand, (1, live), rules=RULES).promote
 
 
+def test_a_drop_is_refused_only_when_the_rows_show_it_is_at_least_the_tolerance() -> None:
+    """A drop shown to exist (p < alpha) whose interval still reaches above -tolerance may
+    be smaller than a drop that matters: promoted. The same drop on more rows, where the
+    interval's upper end is below -tolerance, is refused. (Measured in the classes bench: a
+    1.26-point forgetting drop on 475 rows, p ~0.04, had refused a whole stage.)"""
+    cand, live = pair(475, 400, 5, 14)               # -1.89 points on 475 rows
+    r = gate(cand, (3, live), rules=RULES)
+    ev = r.evidence[0]
+    assert ev["p_worse"] < 0.05 and -ev["diff"] > 0.01       # a drop, shown, over 1 point
+    assert -0.01 < ev["high"] < 0 and r.promote, r.reason    # ... not shown to be 1 point
+    big_c, big_l = pair(47_500, 40_000, 1000, 1600)   # -1.26 points on 47,500 rows
+    r = gate(big_c, (3, big_l), rules=RULES)
+    assert r.evidence[0]["high"] < -0.01 and not r.promote, r.reason
+
+
 def test_better_now_is_not_vetoed_by_noise_on_earlier_rows() -> None:
     """+ on new data, a drop within noise on the earlier rows: promoted; a forgetting the
     rows show: refused by the forgetting rule, whose reason uses the table's name."""
