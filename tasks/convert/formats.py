@@ -33,11 +33,11 @@ from shardline.tasks.convert.readers import (
     read_jsonl_slice,
     read_parquet,
     read_parquet_slice,
-    read_zarr,
     replaced_during_ingest,
 )
 from shardline.tasks.convert.split import Part, split_jsonl, split_parquet
 from shardline.tasks.convert.typed_readers import read_npy
+from shardline.tasks.convert.zarr_images import read_zarr
 from shardline.tasks.convert.zarr_typed import read_zarr_typed, split_zarr
 
 Reader = Callable[[Store, Part, DatasetConfig], Iterator[Record | Problem]]

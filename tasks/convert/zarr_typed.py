@@ -77,7 +77,7 @@ class _Col:
         return tuple(s for i, s in enumerate(self.array.shape) if i != self.axis)
 
 
-def _raise_if_environment(exc: BaseException, store: Store, src: Source) -> None:
+def raise_if_environment(exc: BaseException, store: Store, src: Source) -> None:
     """s3fs (which Zarr reads through) turns S3 errors into ``OSError``s once its retries
     are spent: a 5xx or a dropped connection is the environment's, not the group's, so it
     fails the task as transient (retried, never a quarantine row or a strike). A missing
@@ -98,7 +98,7 @@ def _open(store: Store, src: Source) -> Any:
         zstore = FsspecStore.from_url(url, storage_options=options, read_only=True)
         return zarr.open_group(store=zstore, mode="r")
     except Exception as exc:  # zarr raises many types for a broken group; all mean the same
-        _raise_if_environment(exc, store, src)
+        raise_if_environment(exc, store, src)
         raise Unreadable("unreadable_object", f"not a readable Zarr group: "
                          f"{type(exc).__name__}: {exc}") from exc
 
@@ -173,7 +173,8 @@ def object_rows(arr: Any, axis: int = 0) -> int:
     return int((arr.shards or arr.chunks)[axis])
 
 
-def _object_word(arr: Any) -> str:
+def object_word(arr: Any) -> str:
+    """What a stored object of ``arr`` is called in messages: "shard" or "chunk"."""
     return "shard" if arr.shards else "chunk"
 
 
@@ -206,7 +207,7 @@ def _proven(store: Store, src: Source, cfg: DatasetConfig, whole: bool
         if not c.fill:
             c.ok = chunks_present(store, src, c.array, c.axis)
             if whole and not c.ok.any():
-                word = _object_word(c.array)
+                word = object_word(c.array)
                 raise Unreadable("missing_chunk", f"array {c.column!r} declares {n} samples "
                                  f"but none of its {word}s is in the store (Zarr would read "
                                  f"fill values): upload the {word}s, or declare "
@@ -276,7 +277,7 @@ def _block(cfg: DatasetConfig, cols: list[_Col], start: int, stop: int, stem: st
         gap = next((c for c in cols if c.ok is not None and not c.ok[i // c.object_rows]),
                    None)
         if gap is not None:
-            field, word = gap.name or "id", _object_word(gap.array)
+            field, word = gap.name or "id", object_word(gap.array)
             yield Problem(i, "missing_chunk", f"row {i}: array {gap.column!r} has no {word} "
                           f"{i // gap.object_rows} on axis {gap.axis} in the store; the row "
                           f"is not read as fill values. Upload the {word}, or declare "
