@@ -90,6 +90,7 @@ class ShardStream(BaseNode[Batch]):
         self._expected = [plan.expected_rows(s) for s in self._shards]
         # (ordinal, the epoch whose sample it is: ``plan.rows_epoch``) -> training rows
         self._rows: dict[tuple[int, int], np.ndarray] = {}
+        self._rows_from = 0       # no sample of an epoch before this one is cached
         self._last_members: tuple[int, ...] = ()
         self._last_picks = build_picks([])
         self._last_items: list[tuple[int, Any]] = []          # (ordinal, open shard)
@@ -256,6 +257,14 @@ class ShardStream(BaseNode[Batch]):
         threading.Thread(target=run, daemon=True, name="shard-window").start()
         self._ahead = (key, fut)
 
+    def _drop_samples_before(self, epoch: int) -> None:
+        """Forget the cached row samples of epochs before ``epoch`` (done with), scanning
+        the cache once per epoch reached, not on every shard opened."""
+        if epoch > self._rows_from:
+            for old in [k for k in self._rows if k[1] < epoch]:
+                del self._rows[old]
+            self._rows_from = epoch
+
     def _build(self, epoch: int, w: int, phase: int) -> Picks:
         windows = self._epoch_windows(epoch)
         upcoming = [self._shards[i].entry for win in windows[w:] for i in win]
@@ -275,8 +284,7 @@ class ShardStream(BaseNode[Batch]):
                     key = (s.ordinal, self.plan.rows_epoch(s, epoch))
                     rows = self._rows.get(key)
                     if rows is None:
-                        for old in [k for k in self._rows if k[1] < key[1] - 1]:
-                            del self._rows[old]      # samples of epochs already done
+                        self._drop_samples_before(key[1] - 1)
                         rows = self._rows[key] = self.plan.train_rows(
                             s, self.reader.index(s), key[1])
                     items.append((s.ordinal, shard, rows, self.reader.index(s).labels[rows]))
