@@ -44,6 +44,7 @@ from shardline.flows.artifacts import artifact_key, fitted_limits, publish_model
 from shardline.tasks.launch import train_ranks
 from shardline.trainer.gate import is_fraction, score_name
 from shardline.trainer.objectives import kind_of
+from shardline.trainer.result import held_out_primary
 from shardline.trainer.run import TrainResult
 from shardline.trainer.run import train as run_training
 
@@ -79,18 +80,12 @@ def _score_text(x: float | None, score: str) -> str:
 
 def _primary_rows(r: TrainResult) -> list[tuple[str, str]]:
     """Before (the live model) and after (the candidate) on the held-out rows: the accuracy
-    for a class target, else the kind's primary metric."""
-    primary = r.eval.get("primary", "accuracy")
-    if primary == "accuracy":
-        return [("held-out accuracy before (promoted model)", _pct(r.accuracy_before)),
-                ("held-out accuracy after (candidate)", _pct(r.eval_accuracy))]
-
-    def value(ev: dict[str, Any] | None) -> str:
-        v = ((ev or {}).get("metrics") or {}).get(primary)
-        return "n/a" if v is None else f"{v:.4f}"
-
-    return [(f"held-out {primary} before (promoted model)", value(r.eval_before)),
-            (f"held-out {primary} after (candidate)", value(r.eval))]
+    for a class target, else the kind's primary metric (``held_out_primary``)."""
+    name, before, after = held_out_primary(r.eval, r.eval_before, r.accuracy_before,
+                                           r.eval_accuracy)
+    show = _pct if name == "accuracy" else (lambda v: "n/a" if v is None else f"{v:.4f}")
+    return [(f"held-out {name} before (promoted model)", show(before)),
+            (f"held-out {name} after (candidate)", show(after))]
 
 
 def run_table(r: TrainResult) -> list[dict[str, str]]:

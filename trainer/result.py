@@ -40,3 +40,19 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def held_out_primary(after: dict[str, Any] | None, before: dict[str, Any] | None,
+                     accuracy_before: float | None, accuracy_after: float | None
+                     ) -> tuple[str, float | None, float | None]:
+    """(name, live model's value, candidate's value) of the held-out figure a run reports
+    (``after``/``before``: a :class:`TrainResult`'s ``eval``/``eval_before``): the accuracy
+    for a class target, else the kind's primary metric (``rmse``, ``map``), never the mean
+    row score under the accuracy's name."""
+    primary = (after or {}).get("primary", "accuracy")
+    if primary == "accuracy":
+        return "accuracy", accuracy_before, accuracy_after
+
+    def value(ev: dict[str, Any] | None) -> float | None:
+        return ((ev or {}).get("metrics") or {}).get(primary)
+    return primary, value(before), value(after)

@@ -61,17 +61,16 @@ def check_train(config: str, version: int | None, use_flow: bool) -> None:
 
 
 def held_out(r: dict[str, Any]) -> tuple[str, str, str]:
-    """The held-out figure a run's line shows, before (the live model) and after: the
-    accuracy for a class target, else the kind's primary metric (``rmse``, ``map``), never
-    the mean row score under the accuracy's name."""
+    """The held-out figure a run's line shows, before (the live model) and after
+    (``trainer.result.held_out_primary``), as text."""
+    from shardline.trainer.result import held_out_primary
+
     def text(x: Any) -> str:
         return "n/a" if not isinstance(x, int | float) else f"{x:.4f}"
 
-    primary = (r.get("eval") or {}).get("primary", "accuracy")
-    if primary == "accuracy":
-        return "accuracy", text(r["accuracy_before"]), text(r["eval_accuracy"])
-    before = ((r.get("eval_before") or {}).get("metrics") or {}).get(primary)
-    return primary, text(before), text(((r.get("eval") or {}).get("metrics") or {}).get(primary))
+    name, before, after = held_out_primary(r.get("eval"), r.get("eval_before"),
+                                           r.get("accuracy_before"), r.get("eval_accuracy"))
+    return name, text(before), text(after)
 
 
 def print_result(r: dict[str, Any]) -> None:
