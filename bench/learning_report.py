@@ -6,6 +6,8 @@ import argparse
 import statistics
 from typing import Any
 
+import numpy as np
+
 
 def _check(name: str, value: float, unit: str, limit: float, higher_ok: bool = False) -> None:
     ok = value >= limit if higher_ok else value <= limit
@@ -61,6 +63,17 @@ def print_classes(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[
                                     - _mean(rows, "incremental_first")),
          "sample_ratio": _mean(rows, "last_step_samples") / _mean(rows, "scratch_samples"),
          "stages_refused": float(sum(len(r["promoted"]) - sum(r["promoted"]) for r in rows))}
+    if all("oracle_scratch" in r for r in rows):
+        per = 10 // 5
+        gaps = np.asarray([np.subtract(r["oracle_scratch"], r["oracle_incremental"])
+                           for r in rows])
+        s["oracle_gap_points"] = 100 * float(gaps.mean())
+        s["oracle_first_gap_points"] = 100 * float(gaps[:, :per].mean())
+        se = 100 * gaps[:, :per].mean(1).std(ddof=1) / np.sqrt(len(rows)) if len(rows) > 1 else 0
+        print(f"  on {rows[0]['oracle_rows_per_class']} fresh rows a class (no held-out noise): "
+              f"gap {s['oracle_gap_points']:.2f} points, first stage's classes "
+              f"{s['oracle_first_gap_points']:.2f} ± {se:.2f} (one s.e. over seeds); per class "
+              + " ".join(f"{100 * g:.1f}" for g in gaps.mean(0)))
     _check("accuracy gap (full retrain - incremental)", s["acc_gap_points"], "points", 0.5)
     _check("last update samples / full retrain samples", s["sample_ratio"], "", 0.20)
     _check("first stage's classes: full retrain - incremental", s["first_gap_points"],

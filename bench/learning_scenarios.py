@@ -33,6 +33,7 @@ from shardline.trainer.rows import load_rows
 from shardline.trainer.run import TrainResult, train
 
 OPTS = RunOptions(log_every=10_000, eval_each_epoch=False)
+ORACLE_PER_CLASS = 2000   # fresh rows a class the classes scenario scores both models on
 
 
 def _progress(what: str, r: TrainResult) -> None:
@@ -56,22 +57,6 @@ def patterns_config(base: Config, name: str) -> Config:
     ds = dataclasses.replace(base.dataset, name=name, incoming=f"incoming/{name}/",
                              image=ImageSpec(shape=(16, 16, 3)))
     return dataclasses.replace(base, dataset=ds)
-
-
-@torch.no_grad()
-def oracle_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.ndarray,
-                    images: np.ndarray) -> float:
-    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
-    t = cfg.train
-    model = build_model(arch(t.model, t.width, t.depth, cfg.dataset.image.shape,
-                             len(cfg.dataset.classes)))
-    load_model_tensors(model, reg.weights(number), reg.uri(number))
-    model.eval()
-    x = torch.from_numpy(images.reshape(len(images), 16, 16, 3)).permute(0, 3, 1, 2)
-    hits = 0
-    for lo in range(0, len(x), 2048):
-        hits += int((model(x[lo:lo + 2048]).argmax(1).numpy() == labels[lo:lo + 2048]).sum())
-    return hits / len(labels)
 
 
 def run_drift(settings: StoreSettings, cfg: Config, scratch_cfg: Config, uploads: int,
@@ -127,6 +112,31 @@ def publish_stage(store: ObjectStore, ds: DatasetConfig, full: DatasetConfig,
         return "full"
 
 
+@torch.no_grad()
+def per_class_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.ndarray,
+                       images: np.ndarray) -> np.ndarray:
+    """Accuracy per class of model ``number`` on (labels, images)."""
+    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
+    t = cfg.train
+    model = build_model(arch(t.model, t.width, t.depth, cfg.dataset.image.shape,
+                             len(cfg.dataset.classes)))
+    load_model_tensors(model, reg.weights(number), reg.uri(number))
+    model.eval()
+    x = torch.from_numpy(images.reshape(len(images), 16, 16, 3)).permute(0, 3, 1, 2)
+    pred = np.concatenate([model(x[lo:lo + 2048]).argmax(1).numpy()
+                           for lo in range(0, len(x), 2048)])
+    k = len(cfg.dataset.classes)
+    hit = np.bincount(labels, weights=(pred == labels), minlength=k)
+    return hit / np.maximum(np.bincount(labels, minlength=k), 1)
+
+
+def oracle_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.ndarray,
+                    images: np.ndarray) -> float:
+    """Accuracy of model ``number`` on (labels, images)."""
+    per = per_class_accuracy(store, cfg, number, labels, images)
+    return float((per * np.bincount(labels, minlength=len(per))).sum() / len(labels))
+
+
 def run_classes(settings: StoreSettings, cfg: Config, scratch_cfg: Config, stages: int,
                 per_class: int, seed: int, noise: float) -> dict[str, Any]:
     gen = Patterns(seed=seed, drift=0.0, noise=noise)
@@ -146,7 +156,15 @@ def run_classes(settings: StoreSettings, cfg: Config, scratch_cfg: Config, stage
     scratch = train(with_classes(scratch_cfg, gen.classes), scratch_store, options=OPTS)
     last = chain[-1]
     ev = last.eval or {}
+    # the truth the held-out rows estimate: a large fresh sample, every class equally
+    o_lab = np.repeat(np.arange(gen.classes), ORACLE_PER_CLASS)
+    o_img = gen.sample(o_lab, 0.0, salt=10**6 + seed)
+    full_cfg = with_classes(cfg, gen.classes)
+    inc = per_class_accuracy(chain_store, full_cfg, last.model_version, o_lab, o_img)
+    ref = per_class_accuracy(scratch_store, full_cfg, scratch.model_version, o_lab, o_img)
     return {
+        "oracle_rows_per_class": ORACLE_PER_CLASS, "oracle_incremental": inc.tolist(),
+        "oracle_scratch": ref.tolist(),
         "seed": seed, "stage_rows": [len(p) for p in parts], "schemas": schemas,
         "incremental_accuracy": last.eval_accuracy, "scratch_accuracy": scratch.eval_accuracy,
         "incremental_first": _first_classes(chain_store, cfg, last.model_version, per),
