@@ -55,6 +55,7 @@ class LoopHooks:
     checkpoint_every: int = 200
     curve_every: int = 10
     is_main: bool = True
+    lr_at: Callable[[int], float] | None = None              # step -> learning rate
 
 
 class RunningSums:
@@ -165,6 +166,10 @@ def run_loop(model: nn.Module, opt: torch.optim.Optimizer, loader: Loader[Batch]
             hooks.on_batch(state.step, batch)
         epoch, epoch_end = int(batch["epoch"]), bool(batch["epoch_end"])
         seen = interval.seen
+        if hooks.lr_at is not None:
+            lr = hooks.lr_at(state.step)
+            for group in opt.param_groups:
+                group["lr"] = lr
         train_step(model, opt, place, stream, batch, interval, step)
         state.step += 1
         state.samples += (interval.seen - seen) * world

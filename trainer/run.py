@@ -46,9 +46,11 @@ from shardline.trainer.loader import eval_batches, make_train_loader
 from shardline.trainer.loop import LoopHooks, LoopState, make_step, run_loop
 from shardline.trainer.options import RunOptions
 from shardline.trainer.parent import load_parent, make_optimizer, promoted_model
+from shardline.trainer.plan import TrainPlan
 from shardline.trainer.preprocess import Preprocessed
 from shardline.trainer.result import TrainResult
 from shardline.trainer.rows import rows_from_tensors, rows_tensors
+from shardline.trainer.schedule import lr_at_step
 from shardline.trainer.stream import Batch, ShardStream
 
 __all__ = ["TrainResult", "train"]
@@ -148,7 +150,8 @@ class _Trainer:
             checkpoint=lambda st: self._checkpoint(model, opt, loader, st, before),
             on_batch=on_batch, log_every=ctx.options.log_every,
             checkpoint_every=ctx.options.checkpoint_every,
-            curve_every=ctx.options.curve_every, is_main=ctx.info.is_main)
+            curve_every=ctx.options.curve_every, is_main=ctx.info.is_main,
+            lr_at=self._lr_at(ctx.plan))
         resumed_at = state.step if progress is not None else None
         step = make_step(ctx.data, ctx.objective, ctx.hooks.step, self._shift(),
                          self._keep(model))
@@ -169,6 +172,14 @@ class _Trainer:
                 after, rows_known=self._eval(model, ctx.start.parent_classes).rows)
         return finish(ctx, model, opt, stream, loader, state, before, after, resumed_at,
                       self.step)
+
+    def _lr_at(self, plan: TrainPlan) -> Callable[[int], float] | None:
+        """The run's learning rate per step (``trainer.schedule``): its steps are the
+        plan's training rows of every epoch over the batch of all ranks."""
+        t, world = self.ctx.cfg.train, self.ctx.info.world
+        per_epoch = sum(plan.expected_rows(s) for s in plan.train_shards)
+        return lr_at_step(t.lr_schedule, t.lr, t.lr_final,
+                          per_epoch * t.epochs / (t.batch_size * world), t.lr_hold)
 
     def _stream(self) -> ShardStream:
         t, spec = self.ctx.cfg.train, self.ctx.options.loader

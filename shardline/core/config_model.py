@@ -250,6 +250,15 @@ class TrainConfig:
     batch_size: Positive = 32
     lr: Float = Field(default=2e-3, ge=0, description="0 freezes the weights")
     weight_decay: Float = Field(default=1e-4, ge=0)
+    lr_schedule: Literal["cosine", "constant"] = Field(
+        default="cosine", description="cosine: lr for the first lr_hold of the run's steps, "
+                                      "then down to lr x lr_final along half a cosine "
+                                      "(trainer.schedule); constant: lr throughout")
+    lr_hold: Float = Field(default=0.8, ge=0.0, lt=1.0,
+                           description="cosine: the share of the run's steps at lr before "
+                                       "the rate starts to fall")
+    lr_final: Float = Field(default=0.05, ge=0.0, le=1.0,
+                            description="cosine: the last step's rate, as a share of lr")
     replay_ratio: Float = Field(default=0.4, ge=0.0, lt=1.0)
     replay_resample: Bool = Field(
         default=True, description="draw the replay sample afresh every epoch (the same "

@@ -81,6 +81,25 @@ def test_incremental_training_continues_from_the_promoted_parent(
     json.dumps(second.to_dict())                      # the CLI prints exactly this
 
 
+def test_the_rate_follows_the_schedule_through_a_real_run(
+        store: ObjectStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The run's last step is taken at about lr x lr_final under the cosine (the default,
+    held at lr for the first lr_hold of the steps) and at lr with a constant rate: what the
+    published optimizer state records."""
+    publish_version(store, config(tmp_path).dataset, ORDER[:600])
+    reg = ModelRegistry(store, "digits", "cnn")
+    last = {}
+    for kind in ("cosine", "constant"):
+        cfg = config(tmp_path, lr_schedule=kind, lr_final=0.05)
+        r = train(cfg, store, options=dataclasses.replace(FAST, resume=False))
+        last[kind] = [g["lr"] for g in reg.meta(r.model_version)["optimizer_state"][
+            "param_groups"]]
+    lr = config(tmp_path).train.lr
+    assert TrainConfig().lr_schedule == "cosine"
+    assert all(0.05 * lr <= x <= 0.06 * lr for x in last["cosine"]), last
+    assert last["constant"] == [lr] * len(last["constant"])
+
+
 def test_gate_refuses_a_deliberately_worse_model(store: ObjectStore, tmp_path) -> None:  # type: ignore[no-untyped-def]
     cfg = config(tmp_path, epochs=3)
     publish_version(store, cfg.dataset, ORDER[:900])

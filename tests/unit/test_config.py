@@ -113,6 +113,9 @@ def test_every_problem_is_reported_on_one_line():
     ({"epochs": 2.5}, r"\[train\] epochs: expected an integer"),
     ({"replay_ratio": 1.0}, r"\[train\] replay_ratio: must be < 1.0"),
     ({"holdout_fraction": 0}, r"\[train\] holdout_fraction: must be > 0.0"),
+    ({"lr_schedule": "linear"}, r"\[train\] lr_schedule: .*'cosine'.*'constant'"),
+    ({"lr_hold": 1.0}, r"\[train\] lr_hold: must be < 1.0"),
+    ({"lr_final": 1.5}, r"\[train\] lr_final: must be <= 1.0"),
     ({"model": "resnet999"}, r"\[train\] model: unknown model 'resnet999': use a built-in "
                              r"\(cnn, resnet, mlp\) or your factory's import path"),
 ])
