@@ -64,7 +64,7 @@ def print_classes(rows: list[dict[str, Any]], args: argparse.Namespace) -> dict[
          "sample_ratio": _mean(rows, "last_step_samples") / _mean(rows, "scratch_samples"),
          "stages_refused": float(sum(len(r["promoted"]) - sum(r["promoted"]) for r in rows))}
     if all("oracle_scratch" in r for r in rows):
-        per = 10 // 5
+        per = rows[0]["first_classes"]
         gaps = np.asarray([np.subtract(r["oracle_scratch"], r["oracle_incremental"])
                            for r in rows])
         s["oracle_gap_points"] = 100 * float(gaps.mean())

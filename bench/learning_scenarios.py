@@ -163,7 +163,8 @@ def run_classes(settings: StoreSettings, cfg: Config, scratch_cfg: Config, stage
     inc = per_class_accuracy(chain_store, full_cfg, last.model_version, o_lab, o_img)
     ref = per_class_accuracy(scratch_store, full_cfg, scratch.model_version, o_lab, o_img)
     return {
-        "oracle_rows_per_class": ORACLE_PER_CLASS, "oracle_incremental": inc.tolist(),
+        "oracle_rows_per_class": ORACLE_PER_CLASS, "first_classes": per,
+        "oracle_incremental": inc.tolist(),
         "oracle_scratch": ref.tolist(),
         "seed": seed, "stage_rows": [len(p) for p in parts], "schemas": schemas,
         "incremental_accuracy": last.eval_accuracy, "scratch_accuracy": scratch.eval_accuracy,
