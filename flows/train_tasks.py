@@ -88,6 +88,16 @@ def _primary_rows(r: TrainResult) -> list[tuple[str, str]]:
             (f"held-out {name} after (candidate)", show(after))]
 
 
+def _grown_rows(r: TrainResult) -> list[tuple[str, str]]:
+    """After classes were appended: the candidate's held-out accuracy on the parent's
+    classes and on the new ones, apart (a forgotten old class shows here first)."""
+    old, new = r.eval.get("old_classes_accuracy"), r.eval.get("new_classes_accuracy")
+    if old is None and new is None:
+        return []
+    return [("held-out accuracy: the parent's classes / the new ones",
+             f"{_pct(old)} / {_pct(new)}")]
+
+
 def run_table(r: TrainResult) -> list[dict[str, str]]:
     earlier_before = (r.eval_before or {}).get("earlier_accuracy")
     score = row_score(r)
@@ -108,6 +118,7 @@ def run_table(r: TrainResult) -> list[dict[str, str]]:
         *_primary_rows(r),
         (f"{earlier}: before -> after", f"{_score_text(earlier_before, score)} -> "
                                          f"{_score_text(r.eval.get('earlier_accuracy'), score)}"),
+        *_grown_rows(r),
         ("promoted", "yes" if r.promoted else "no"),
         ("decision", r.decision),
         ("checkpoint", r.checkpoint),

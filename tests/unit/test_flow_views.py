@@ -275,3 +275,9 @@ def test_a_regression_run_shows_its_rmse_not_a_percent_of_a_negative_mse() -> No
     assert table["earlier versions' data: before -> after"] == "n/a -> n/a"
     assert held_out(c.to_dict()) == ("accuracy", "n/a", "0.9000")
     assert "| train acc | held-out acc |" in curve_markdown(c)
+    assert not any("the new ones" in k for k in table)
+    grown = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8},
+                     "old_classes_accuracy": 0.85, "new_classes_accuracy": 0.625},
+                    None, 0.8, None)
+    table = {x["metric"]: x["value"] for x in run_table(grown)}
+    assert table["held-out accuracy: the parent's classes / the new ones"] == "85.00 % / 62.50 %"
