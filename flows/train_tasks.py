@@ -98,6 +98,17 @@ def _grown_rows(r: TrainResult) -> list[tuple[str, str]]:
              f"{_pct(old)} / {_pct(new)}")]
 
 
+def _fallen_rows(r: TrainResult) -> list[tuple[str, str]]:
+    """A class target with a live model: the classes that fell most against it, on the
+    same held-out rows (``trainer.evaluate.fallen_classes``)."""
+    if r.eval_before is None or r.eval.get("primary", "accuracy") != "accuracy":
+        return []
+    fallen = r.eval.get("fallen_classes") or []
+    text = "; ".join(f"{f.get('name', f['class'])}: {100 * f['before']:.1f} -> "
+                     f"{100 * f['after']:.1f} % ({f['rows']} rows)" for f in fallen)
+    return [("classes that fell most vs the live model (held-out)", text or "none")]
+
+
 def run_table(r: TrainResult) -> list[dict[str, str]]:
     earlier_before = (r.eval_before or {}).get("earlier_accuracy")
     score = row_score(r)
@@ -119,6 +130,7 @@ def run_table(r: TrainResult) -> list[dict[str, str]]:
         (f"{earlier}: before -> after", f"{_score_text(earlier_before, score)} -> "
                                          f"{_score_text(r.eval.get('earlier_accuracy'), score)}"),
         *_grown_rows(r),
+        *_fallen_rows(r),
         ("promoted", "yes" if r.promoted else "no"),
         ("decision", r.decision),
         ("checkpoint", r.checkpoint),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from shardline.trainer.accel import StepPlan
 from shardline.trainer.checkpoint import model_tensors, optimizer_parts, tensors_to_bytes
 from shardline.trainer.context import RunContext
 from shardline.trainer.dist import barrier
-from shardline.trainer.evaluate import EvalResult
+from shardline.trainer.evaluate import EvalResult, fallen_classes
 from shardline.trainer.factory import info_record
 from shardline.trainer.gate import score_name
 from shardline.trainer.loop import LoopState
@@ -109,6 +109,9 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
     """Gate, save (rank 0), promote, and return the same result on every rank."""
     # the kind's row score (a regression target's over its recorded variance), or the hook's
     variance = ctx.objective.target_variance() if ctx.hooks.score is None else None
+    if before is not None:
+        after = replace(after, fallen_classes=fallen_classes(
+            before.rows, after.rows, ctx.data.target.classes))
     decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train,
                       ctx.dataset_version, score_name(ctx.objective.kind, variance)
                       if ctx.hooks.score is None else "score", variance)

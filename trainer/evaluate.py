@@ -16,7 +16,7 @@ apart.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -52,6 +52,9 @@ class EvalResult:
     # class list grown: the same rows scored on the parent's classes only (the forgetting
     # check asks the candidate the parent's question); not in to_dict either
     rows_known: RowScores | None = field(default=None, repr=False, compare=False)
+    # class targets: the classes whose accuracy fell most from the live model's on the same
+    # rows (``fallen_classes``); set before the gate (``candidate.finish``), empty from scratch
+    fallen_classes: list[dict[str, Any]] = field(default_factory=list)
 
     def accuracy_on(self, versions: Iterable[int]) -> float | None:
         """Sample-weighted accuracy over some dataset versions' held-out rows."""
@@ -63,6 +66,39 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in ("rows", "rows_known")}
+
+
+FALLEN_TOP = 5          # classes listed
+FALLEN_MIN_ROWS = 10    # a class with fewer held-out rows is not listed (one row is 10 points)
+
+
+def fallen_classes(before: RowScores | None, after: RowScores | None,
+                   names: Sequence[str] = (), top: int = FALLEN_TOP,
+                   min_rows: int = FALLEN_MIN_ROWS) -> list[dict[str, Any]]:
+    """The classes whose held-out accuracy fell most from ``before`` (the live model) to
+    ``after`` (the candidate), on the rows both were scored on: up to ``top``, the largest
+    drop first, each ``{"class", "name", "before", "after", "rows"}`` (``name`` from
+    ``names``, the target's class list); only classes with at least
+    ``min_rows`` rows and a drop. With 1,000 classes an overall figure hides the one class an
+    update forgot; this names it, at a bounded size (the per-row results stay the record)."""
+    if before is None or after is None or not len(after) or not len(before):
+        return []
+    _, ia, ib = np.intersect1d(after.ids, before.ids, return_indices=True)
+    labels = after.labels[ia]
+    keep = labels >= 0
+    if not keep.any():
+        return []
+    labels, ia, ib = labels[keep], ia[keep], ib[keep]
+    k = int(labels.max()) + 1
+    n = np.bincount(labels, minlength=k)
+    acc_after = np.bincount(labels, after.scores[ia].astype(np.float64), k) / np.maximum(n, 1)
+    acc_before = np.bincount(labels, before.scores[ib].astype(np.float64), k) / np.maximum(n, 1)
+    drop = acc_before - acc_after
+    listed = np.flatnonzero((n >= min_rows) & (drop > 0))
+    order = listed[np.argsort(-drop[listed], kind="stable")][:top]
+    return [{"class": int(c), "name": names[c] if c < len(names) else str(c),
+             "before": float(acc_before[c]), "after": float(acc_after[c]), "rows": int(n[c])}
+            for c in order]
 
 
 def earlier_upto(since: int | None, dataset_version: int) -> int | None:

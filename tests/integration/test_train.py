@@ -116,6 +116,14 @@ def test_gate_refuses_a_deliberately_worse_model(store: ObjectStore, tmp_path) -
     reg = ModelRegistry(store, "digits", "cnn")
     assert reg.promoted().number == good.model_version          # the pointer did not move
     assert reg.meta(bad.model_version)["gate"]["passed"] is False  # kept for inspection
+    # the classes it wrecked are named, worst first, on the same rows as the live model
+    fallen = reg.meta(bad.model_version)["metrics"]["after"]["fallen_classes"]
+    assert fallen == bad.eval["fallen_classes"] and 1 <= len(fallen) <= 5
+    assert all(f["name"] in cfg.dataset.classes and f["after"] < f["before"]
+               and f["rows"] >= 10 for f in fallen)
+    drops = [f["before"] - f["after"] for f in fallen]
+    assert drops == sorted(drops, reverse=True)
+    assert good.eval["fallen_classes"] == []                      # from scratch: no live model
 
 
 class Killed(Exception):

@@ -281,3 +281,15 @@ def test_a_regression_run_shows_its_rmse_not_a_percent_of_a_negative_mse() -> No
                     None, 0.8, None)
     table = {x["metric"]: x["value"] for x in run_table(grown)}
     assert table["held-out accuracy: the parent's classes / the new ones"] == "85.00 % / 62.50 %"
+    assert "classes that fell most vs the live model (held-out)" not in table   # no live model
+    fell = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8}, "fallen_classes": [
+        {"class": 3, "name": "fox", "before": 1.0, "after": 0.5, "rows": 20},
+        {"class": 1, "name": "dog", "before": 0.9, "after": 0.75, "rows": 40}]},
+        {"primary": "accuracy"}, 0.8, 0.82)
+    table = {x["metric"]: x["value"] for x in run_table(fell)}
+    assert table["classes that fell most vs the live model (held-out)"] == (
+        "fox: 100.0 -> 50.0 % (20 rows); dog: 90.0 -> 75.0 % (40 rows)")
+    steady = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8}},
+                     {"primary": "accuracy"}, 0.8, 0.78)
+    table = {x["metric"]: x["value"] for x in run_table(steady)}
+    assert table["classes that fell most vs the live model (held-out)"] == "none"
