@@ -100,10 +100,10 @@ def _grown_rows(r: TrainResult) -> list[tuple[str, str]]:
 
 def _fallen_rows(r: TrainResult) -> list[tuple[str, str]]:
     """A class target with a live model: the classes that fell most against it, on the
-    same held-out rows (``trainer.evaluate.fallen_classes``)."""
-    if r.eval_before is None or r.eval.get("primary", "accuracy") != "accuracy":
+    same held-out rows (``trainer.evaluate.fallen_classes``); no row when not known."""
+    fallen = r.eval.get("fallen_classes")
+    if fallen is None or r.eval.get("primary", "accuracy") != "accuracy":
         return []
-    fallen = r.eval.get("fallen_classes") or []
     text = "; ".join(f"{f.get('name', f['class'])}: {100 * f['before']:.1f} -> "
                      f"{100 * f['after']:.1f} % ({f['rows']} rows)" for f in fallen)
     return [("classes that fell most vs the live model (held-out)", text or "none")]

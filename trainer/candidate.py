@@ -109,7 +109,7 @@ def finish(ctx: RunContext, model: torch.nn.Module, opt: torch.optim.Optimizer,
     """Gate, save (rank 0), promote, and return the same result on every rank."""
     # the kind's row score (a regression target's over its recorded variance), or the hook's
     variance = ctx.objective.target_variance() if ctx.hooks.score is None else None
-    if before is not None:
+    if before is not None and before.rows is not None and after.rows is not None:
         after = replace(after, fallen_classes=fallen_classes(
             before.rows, after.rows, ctx.data.target.classes))
     decision = decide(ctx.registry, ctx.start, before, after, ctx.cfg.train,

@@ -53,8 +53,9 @@ class EvalResult:
     # check asks the candidate the parent's question); not in to_dict either
     rows_known: RowScores | None = field(default=None, repr=False, compare=False)
     # class targets: the classes whose accuracy fell most from the live model's on the same
-    # rows (``fallen_classes``); set before the gate (``candidate.finish``), empty from scratch
-    fallen_classes: list[dict[str, Any]] = field(default_factory=list)
+    # rows (``fallen_classes``); set before the gate (``candidate.finish``); None when not
+    # known (no live model, or a resumed run's live evaluation kept no per-row results)
+    fallen_classes: list[dict[str, Any]] | None = None
 
     def accuracy_on(self, versions: Iterable[int]) -> float | None:
         """Sample-weighted accuracy over some dataset versions' held-out rows."""

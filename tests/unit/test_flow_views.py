@@ -289,7 +289,10 @@ def test_a_regression_run_shows_its_rmse_not_a_percent_of_a_negative_mse() -> No
     table = {x["metric"]: x["value"] for x in run_table(fell)}
     assert table["classes that fell most vs the live model (held-out)"] == (
         "fox: 100.0 -> 50.0 % (20 rows); dog: 90.0 -> 75.0 % (40 rows)")
-    steady = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8}},
-                     {"primary": "accuracy"}, 0.8, 0.78)
+    steady = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8},
+                      "fallen_classes": []}, {"primary": "accuracy"}, 0.8, 0.78)
     table = {x["metric"]: x["value"] for x in run_table(steady)}
     assert table["classes that fell most vs the live model (held-out)"] == "none"
+    unknown = _result({"primary": "accuracy", "metrics": {"accuracy": 0.8},
+                       "fallen_classes": None}, {"primary": "accuracy"}, 0.8, 0.78)
+    assert not any("fell most" in x["metric"] for x in run_table(unknown))
