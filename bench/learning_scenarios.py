@@ -25,10 +25,9 @@ from shardline.bench.learning_data import Patterns, class_stages, drifting_uploa
 from shardline.core.config import Config, DatasetConfig, ImageSpec, StoreSettings
 from shardline.core.errors import ShardlineError
 from shardline.core.store import ObjectStore
-from shardline.trainer.checkpoint import load_model_tensors
-from shardline.trainer.model import arch, build_model
 from shardline.trainer.options import RunOptions
 from shardline.trainer.registry import ModelRegistry
+from shardline.trainer.reload import rebuild
 from shardline.trainer.rows import load_rows
 from shardline.trainer.run import TrainResult, train
 
@@ -115,15 +114,11 @@ def publish_stage(store: ObjectStore, ds: DatasetConfig, full: DatasetConfig,
 @torch.no_grad()
 def per_class_accuracy(store: ObjectStore, cfg: Config, number: int, labels: np.ndarray,
                        images: np.ndarray) -> np.ndarray:
-    """Accuracy per class of model ``number`` on (labels, images)."""
-    reg = ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name)
-    t = cfg.train
-    model = build_model(arch(t.model, t.width, t.depth, cfg.dataset.image.shape,
-                             len(cfg.dataset.classes)))
-    load_model_tensors(model, reg.weights(number), reg.uri(number))
-    model.eval()
-    x = torch.from_numpy(images.reshape(len(images), 16, 16, 3)).permute(0, 3, 1, 2)
-    pred = np.concatenate([model(x[lo:lo + 2048]).argmax(1).numpy()
+    """Accuracy per class of model ``number`` on (labels, images): the model as the
+    registry rebuilds it (``trainer.reload``), fed the raw uint8 rows."""
+    model = rebuild(ModelRegistry(store, cfg.dataset.name, cfg.train.registry_name), number)
+    x = torch.from_numpy(images.reshape(len(images), *cfg.dataset.image.shape))
+    pred = np.concatenate([model.predict(x[lo:lo + 2048]).numpy()
                            for lo in range(0, len(x), 2048)])
     k = len(cfg.dataset.classes)
     hit = np.bincount(labels, weights=(pred == labels), minlength=k)

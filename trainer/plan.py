@@ -161,8 +161,8 @@ class TrainPlan:
         if s.role == "new":
             return train.astype(np.int64)
         k = int(round(self.fraction(s) * len(train)))
-        salt = self.salt if self.rows_epoch(s, epoch) == 0 else \
-            self.salt ^ (0x9E3779B97F4A7C15 * epoch) & 0xFFFFFFFFFFFFFFFF
+        sample = self.rows_epoch(s, epoch)
+        salt = self.salt ^ (0x9E3779B97F4A7C15 * sample) & 0xFFFFFFFFFFFFFFFF   # 0: the salt
         return train[pick_smallest(salted(index.hashes[train], salt), k)]
 
     def holdout_rows(self, index: ShardIndex, s: PlannedShard | None = None) -> np.ndarray:

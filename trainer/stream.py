@@ -271,14 +271,15 @@ class ShardStream(BaseNode[Batch]):
         self.reader.source.prefetch(upcoming, self.lookahead_bytes)
         # the window's samples in a canonical order (and, when replay is drawn per epoch,
         # the epoch: a one-window epoch then reads other rows of the same shards)
-        members = tuple(sorted(windows[w])) + ((-1, epoch) if self.plan.resample else ())
+        in_window = sorted(windows[w])
+        members = tuple(in_window) + ((-1, epoch) if self.plan.resample else ())
         with self._build_lock:
             if self._last_members != members:     # (a one-window epoch reuses them)
                 # built aside and stored together: an open() that fails part-way leaves
                 # the last window's picks, shards and segment starts consistent
                 items, seg_at_new = [], []
                 opened: list[tuple[int, Any]] = []
-                for i in sorted(windows[w]):
+                for i in in_window:
                     s = self._shards[i]
                     shard = self.reader.open(s)
                     key = (s.ordinal, self.plan.rows_epoch(s, epoch))
